@@ -1,0 +1,18 @@
+"""The Celery application. Tasks live in each app's tasks.py and take ids, never objects."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "marketplace.settings")
+
+app = Celery("marketplace")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+# One queue per kind of work, so each can get its own worker processes in production.
+app.conf.task_routes = {
+    "fleets.tasks.*": {"queue": "dispatch"},
+    "datasets.tasks.qa_*": {"queue": "qa"},
+    "datasets.tasks.delivery_*": {"queue": "delivery"},
+    "billing.tasks.*": {"queue": "billing"},
+}
+app.autodiscover_tasks()

@@ -1,0 +1,126 @@
+"""Accounts: users, organizations (customers and fleet operators), memberships, API keys.
+
+Plus the stored responses behind the `Idempotency-Key` header, which every app's
+create/pay endpoints share.
+"""
+
+import uuid
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractUser
+from django.db import models
+
+
+class User(AbstractUser):
+    """A person. Admins are Django staff; everyone else acts through an organization."""
+
+    email = models.EmailField(unique=True)
+
+
+class Organization(models.Model):
+    class Kind(models.TextChoices):
+        CUSTOMER = "customer", "Customer"
+        FLEET_OPERATOR = "fleet_operator", "Fleet operator"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(kind__in=["customer", "fleet_operator"]),
+                name="organization_kind_valid",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.get_kind_display()})"
+
+    @property
+    def is_customer(self) -> bool:
+        return self.kind == self.Kind.CUSTOMER
+
+    @property
+    def is_fleet_operator(self) -> bool:
+        return self.kind == self.Kind.FLEET_OPERATOR
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        OWNER = "owner", "Owner"  # everything, including keys and members
+        MEMBER = "member", "Member"  # day-to-day work: orders, jobs
+        BILLING = "billing", "Billing"  # payments and invoices, read the rest
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=20, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "organization"], name="membership_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.organization} as {self.role}"
+
+
+class ApiKey(models.Model):
+    """A secret for programs. Only its SHA-256 is stored; the prefix is shown to people."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="api_keys"
+    )
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, unique=True)
+    hashed_key = models.CharField(max_length=64)
+    role = models.CharField(
+        max_length=20, choices=Membership.Role.choices, default=Membership.Role.MEMBER
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class IdempotencyKey(models.Model):
+    """The first response to a POST carrying `Idempotency-Key`, replayed on retries."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    scope = models.CharField(max_length=100)  # which endpoint, e.g. "orders.create"
+    key = models.CharField(max_length=255)
+    request_fingerprint = models.CharField(max_length=64)
+    response_status = models.PositiveSmallIntegerField(null=True)
+    response_body = models.JSONField(null=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["organization", "scope", "key"], name="idempotency_key_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope} {self.key}"

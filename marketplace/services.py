@@ -1,0 +1,89 @@
+"""Writes for accounts: organizations, memberships, API keys."""
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from marketplace.errors import Conflict, ServiceError
+from marketplace.models import ApiKey, Membership, Organization, User
+
+API_KEY_PREFIX_LENGTH = 10
+
+
+def hash_api_key(raw_key: str) -> str:
+    # Keys carry 256 bits of randomness, so a fast hash is enough (no password stretching).
+    return hashlib.sha256(raw_key.encode()).hexdigest()
+
+
+def split_api_key(raw_key: str) -> tuple[str, str] | None:
+    """'mk_<prefix>_<secret>' -> (prefix, secret), or None when it is not our format."""
+    parts = raw_key.split("_")
+    if len(parts) != 3 or parts[0] != "mk" or len(parts[1]) != API_KEY_PREFIX_LENGTH:
+        return None
+    return parts[1], parts[2]
+
+
+@dataclass(frozen=True)
+class IssuedApiKey:
+    api_key: ApiKey
+    raw_key: str  # shown once, never stored
+
+
+def organization_create(*, name: str, kind: str, owner: User | None = None) -> Organization:
+    if kind not in Organization.Kind.values:
+        raise ServiceError(
+            f"Unknown organization kind {kind!r}.", fields={"kind": ["Unknown kind."]}
+        )
+    with transaction.atomic():
+        organization = Organization.objects.create(name=name, kind=kind)
+        if owner is not None:
+            Membership.objects.create(
+                user=owner, organization=organization, role=Membership.Role.OWNER
+            )
+    return organization
+
+
+def api_key_create(
+    *,
+    organization: Organization,
+    name: str,
+    created_by: User | None = None,
+    role: str = Membership.Role.MEMBER,
+) -> IssuedApiKey:
+    if role not in Membership.Role.values:
+        raise ServiceError(f"Unknown role {role!r}.", fields={"role": ["Unknown role."]})
+    prefix = secrets.token_hex(API_KEY_PREFIX_LENGTH // 2)
+    raw_key = f"mk_{prefix}_{secrets.token_urlsafe(32).replace('_', '-')}"
+    api_key = ApiKey.objects.create(
+        organization=organization,
+        name=name,
+        prefix=prefix,
+        hashed_key=hash_api_key(raw_key),
+        role=role,
+        created_by=created_by,
+    )
+    return IssuedApiKey(api_key=api_key, raw_key=raw_key)
+
+
+def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
+    with transaction.atomic():
+        api_key = ApiKey.objects.select_for_update().get(pk=api_key.pk)
+        if api_key.revoked_at is not None:
+            raise Conflict("This API key is already revoked.", code="already_revoked")
+        api_key.revoked_at = timezone.now()
+        api_key.save(update_fields=["revoked_at"])
+    return api_key
+
+
+def api_key_touch(*, api_key: ApiKey, min_interval_seconds: int = 60) -> None:
+    """Record use, at most once a minute per key so reads do not all turn into writes."""
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=min_interval_seconds)
+    stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=cutoff)
+    if ApiKey.objects.filter(stale, pk=api_key.pk).update(last_used_at=now):
+        api_key.last_used_at = now

@@ -1,0 +1,56 @@
+"""Reads used by more than one view or service."""
+
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from marketplace.models import Organization
+from orders.models import Order, Quote, RateCard
+from orders.pricing import RateCardTerms
+
+
+def rate_card_current(*, at=None) -> RateCard | None:
+    at = at or timezone.now()
+    return (
+        RateCard.objects.filter(effective_from__lte=at)
+        .order_by("-effective_from", "-version")
+        .first()
+    )
+
+
+def rate_card_terms(rate_card: RateCard) -> RateCardTerms:
+    return RateCardTerms(
+        version=rate_card.version,
+        currency=rate_card.currency,
+        embodiment_rates={
+            rate.embodiment.slug: rate.hourly_rate
+            for rate in rate_card.embodiment_rates.select_related("embodiment")
+            if rate.embodiment.active
+        },
+        complexity_multipliers={
+            m.level_id: m.multiplier for m in rate_card.complexity_multipliers.all()
+        },
+        sensor_rates={
+            rate.sensor.slug: rate.hourly_rate
+            for rate in rate_card.sensor_rates.select_related("sensor")
+            if rate.sensor.active
+        },
+        included_environments=rate_card.included_environments,
+        extra_environment_fee=rate_card.extra_environment_fee,
+        rush_surcharge_percent=rate_card.rush_surcharge_percent,
+        volume_tiers=tuple((t.min_hours, t.discount_percent) for t in rate_card.volume_tiers.all()),
+    )
+
+
+def order_list(*, organization: Organization) -> QuerySet[Order]:
+    return Order.objects.filter(organization=organization).select_related(
+        "task_type", "complexity", "embodiment", "rate_card"
+    )
+
+
+def quote_visible_to(*, organization: Organization | None) -> QuerySet[Quote]:
+    """A quote is the asking organization's; anonymous quotes belong to whoever holds the id."""
+    from django.db.models import Q
+
+    if organization is None:
+        return Quote.objects.filter(organization__isnull=True)
+    return Quote.objects.filter(Q(organization=organization) | Q(organization__isnull=True))

@@ -1,0 +1,387 @@
+"""Writes for orders: quotes, order creation, and the one transition service."""
+
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from marketplace.errors import Conflict, NotFound, ServiceError
+from marketplace.tenancy import Caller
+from orders import signals
+from orders.models import (
+    CUSTOMER_CANCELLABLE,
+    ORDER_TRANSITIONS,
+    ComplexityLevel,
+    Embodiment,
+    Order,
+    OrderEvent,
+    OutputFormat,
+    Quote,
+    RateCard,
+    SensorAddon,
+    TaskType,
+)
+from orders.pricing import Price, PriceRequest, PricingError, price_dataset
+from orders.selectors import quote_visible_to, rate_card_current, rate_card_terms
+
+MIN_HOURS_PER_ENVIRONMENT = Decimal("0.5")
+
+
+class InvalidTransition(Conflict):
+    code = "invalid_transition"
+
+
+@dataclass(frozen=True)
+class DatasetRequest:
+    """What a customer asks to have collected (the priced part of an order)."""
+
+    task_type: str
+    embodiment: str
+    hours: Decimal
+    environments: int = 1
+    complexity: int | None = None  # None: the task type's default
+    objects_per_environment: int = 1
+    sensors: tuple[str, ...] = ()
+    rush: bool = False
+
+
+@dataclass(frozen=True)
+class OrderDetails:
+    """The unpriced part of an order."""
+
+    output_format: str = OutputFormat.LEROBOT_V3
+    success_criterion: str = ""
+    deadline: date | None = None
+    pilot_hours: Decimal | None = None
+    notes: str = ""
+
+
+@dataclass
+class _ResolvedRequest:
+    task_type: TaskType
+    complexity: ComplexityLevel
+    embodiment: Embodiment
+    sensors: list[str] = field(default_factory=list)
+
+
+def _invalid(field_name: str, message: str, code: str = "invalid") -> ServiceError:
+    return ServiceError(message, code=code, fields={field_name: [message]})
+
+
+def _resolve(request: DatasetRequest) -> _ResolvedRequest:
+    task_type = TaskType.objects.filter(slug=request.task_type, active=True).first()
+    if task_type is None:
+        raise _invalid(
+            "task_type", f"Unknown task type {request.task_type!r}.", "unknown_task_type"
+        )
+    embodiment = Embodiment.objects.filter(slug=request.embodiment, active=True).first()
+    if embodiment is None:
+        raise _invalid(
+            "embodiment", f"Unknown embodiment {request.embodiment!r}.", "unknown_embodiment"
+        )
+    level = (
+        request.complexity if request.complexity is not None else task_type.default_complexity_id
+    )
+    complexity = ComplexityLevel.objects.filter(level=level).first()
+    if complexity is None:
+        raise _invalid("complexity", f"Unknown complexity level {level!r}.", "unknown_complexity")
+    sensors = sorted(set(request.sensors))
+    known = set(
+        SensorAddon.objects.filter(slug__in=sensors, active=True).values_list("slug", flat=True)
+    )
+    unknown = [slug for slug in sensors if slug not in known]
+    if unknown:
+        raise _invalid("sensors", f"Unknown sensors: {', '.join(unknown)}.", "unknown_sensor")
+
+    min_hours = Decimal(settings.ORDER_MIN_HOURS)
+    max_hours = Decimal(settings.ORDER_MAX_HOURS)
+    if not (min_hours <= request.hours <= max_hours):
+        raise _invalid("hours", f"Hours must be between {min_hours} and {max_hours}.")
+    if not (1 <= request.environments <= settings.ORDER_MAX_ENVIRONMENTS):
+        raise _invalid(
+            "environments", f"Environments must be between 1 and {settings.ORDER_MAX_ENVIRONMENTS}."
+        )
+    if request.hours < request.environments * MIN_HOURS_PER_ENVIRONMENT:
+        raise _invalid(
+            "environments",
+            f"Each environment needs at least {MIN_HOURS_PER_ENVIRONMENT} h of collection.",
+        )
+    if request.objects_per_environment < 1:
+        raise _invalid("objects_per_environment", "At least one object per environment.")
+    return _ResolvedRequest(
+        task_type=task_type, complexity=complexity, embodiment=embodiment, sensors=sensors
+    )
+
+
+def _price(request: DatasetRequest, resolved: _ResolvedRequest, rate_card: RateCard) -> Price:
+    try:
+        return price_dataset(
+            PriceRequest(
+                embodiment=resolved.embodiment.slug,
+                complexity=resolved.complexity.level,
+                hours=request.hours,
+                environments=request.environments,
+                sensors=tuple(resolved.sensors),
+                rush=request.rush,
+            ),
+            rate_card_terms(rate_card),
+        )
+    except PricingError as exc:
+        raise _invalid(exc.field_name, exc.message, "not_priced") from exc
+
+
+def _require_rate_card() -> RateCard:
+    rate_card = rate_card_current()
+    if rate_card is None:
+        raise ServiceError("No rate card is in force; quotes are unavailable.", code="no_rate_card")
+    return rate_card
+
+
+def _spec_fields(
+    request: DatasetRequest, resolved: _ResolvedRequest, rate_card: RateCard, price: Price
+):
+    return {
+        "task_type": resolved.task_type,
+        "complexity": resolved.complexity,
+        "embodiment": resolved.embodiment,
+        "hours": request.hours,
+        "environments": request.environments,
+        "objects_per_environment": request.objects_per_environment,
+        "sensor_slugs": resolved.sensors,
+        "rush": request.rush,
+        "rate_card": rate_card,
+        "currency": price.currency,
+        "lines": [line.as_json() for line in price.lines],
+        "total": price.total,
+    }
+
+
+def quote_create(*, organization, request: DatasetRequest) -> Quote:
+    """Price a request with the rate card in force and store it until it expires."""
+    resolved = _resolve(request)
+    rate_card = _require_rate_card()
+    price = _price(request, resolved, rate_card)
+    return Quote.objects.create(
+        organization=organization,
+        expires_at=timezone.now() + timedelta(hours=rate_card.quote_validity_hours),
+        **_spec_fields(request, resolved, rate_card, price),
+    )
+
+
+def _validate_details(
+    details: OrderDetails, *, hours: Decimal, rush: bool, rate_card: RateCard
+) -> None:
+    if details.output_format not in OutputFormat.values:
+        raise _invalid("output_format", f"Unknown output format {details.output_format!r}.")
+    if details.pilot_hours is not None and not (0 < details.pilot_hours < hours):
+        raise _invalid(
+            "pilot_hours", "Pilot hours must be more than 0 and less than the order's hours."
+        )
+    if details.deadline is not None:
+        lead_days = rate_card.rush_lead_days if rush else rate_card.standard_lead_days
+        earliest = timezone.localdate() + timedelta(days=lead_days)
+        if details.deadline < earliest:
+            hint = "" if rush else " Ask for rush delivery for a sooner date."
+            raise _invalid(
+                "deadline", f"The earliest possible deadline is {earliest.isoformat()}.{hint}"
+            )
+
+
+def _actor_fields(caller: Caller | None, label: str = "") -> dict:
+    if caller is None:
+        return {"actor": None, "actor_api_key": None, "actor_label": label or "system"}
+    user = caller.user
+    if user is not None:
+        default_label = (
+            f"staff:{user.get_username()}" if user.is_staff else f"user:{user.get_username()}"
+        )
+    elif caller.api_key is not None:
+        default_label = f"api_key:{caller.api_key.prefix}"
+    else:
+        default_label = "system"
+    return {"actor": user, "actor_api_key": caller.api_key, "actor_label": label or default_label}
+
+
+def _order_open(
+    *, caller: Caller, fields: dict, details: OrderDetails, quote: Quote | None
+) -> Order:
+    order = Order.objects.create(
+        organization=caller.organization,
+        created_by=caller.user,
+        created_by_api_key=caller.api_key,
+        quote=quote,
+        status=Order.Status.DRAFT,
+        output_format=details.output_format,
+        success_criterion=details.success_criterion,
+        deadline=details.deadline,
+        pilot_hours=details.pilot_hours,
+        notes=details.notes,
+        **fields,
+    )
+    OrderEvent.objects.create(
+        order=order,
+        from_status="",
+        to_status=Order.Status.DRAFT,
+        reason="Order created.",
+        **_actor_fields(caller),
+    )
+    return order_transition(
+        order_id=order.id,
+        to_status=Order.Status.AWAITING_PAYMENT,
+        caller=caller,
+        reason=f"Priced at {order.total} {order.currency}; awaiting payment.",
+    )
+
+
+def order_create(*, caller: Caller, request: DatasetRequest, details: OrderDetails) -> Order:
+    """An order from a full specification, priced now with the rate card in force."""
+    _require_customer(caller)
+    resolved = _resolve(request)
+    rate_card = _require_rate_card()
+    price = _price(request, resolved, rate_card)
+    _validate_details(details, hours=request.hours, rush=request.rush, rate_card=rate_card)
+    with transaction.atomic():
+        return _order_open(
+            caller=caller,
+            fields=_spec_fields(request, resolved, rate_card, price),
+            details=details,
+            quote=None,
+        )
+
+
+QUOTE_COPIED_FIELDS = (
+    "task_type",
+    "complexity",
+    "embodiment",
+    "hours",
+    "environments",
+    "objects_per_environment",
+    "sensor_slugs",
+    "rush",
+    "rate_card",
+    "currency",
+    "lines",
+    "total",
+)
+
+
+def order_create_from_quote(*, caller: Caller, quote_id, details: OrderDetails) -> Order:
+    """An order at exactly the quoted price, while the quote is valid and unused."""
+    _require_customer(caller)
+    with transaction.atomic():
+        quote = (
+            quote_visible_to(organization=caller.organization)
+            .select_for_update()
+            .select_related("rate_card")
+            .filter(pk=quote_id)
+            .first()
+        )
+        if quote is None:
+            raise NotFound("Quote not found.", fields={"quote": ["Quote not found."]})
+        if quote.expires_at <= timezone.now():
+            raise _invalid("quote", "This quote has expired; ask for a new one.", "quote_expired")
+        if Order.objects.filter(quote=quote).exists():
+            raise Conflict(
+                "An order was already placed from this quote.",
+                code="quote_used",
+                fields={"quote": ["Already used."]},
+            )
+        _validate_details(details, hours=quote.hours, rush=quote.rush, rate_card=quote.rate_card)
+        fields = {name: getattr(quote, name) for name in QUOTE_COPIED_FIELDS}
+        return _order_open(caller=caller, fields=fields, details=details, quote=quote)
+
+
+def _require_customer(caller: Caller) -> None:
+    if not caller.is_customer:
+        raise ServiceError("Only customer organizations can place orders.", code="not_a_customer")
+
+
+def order_transition(
+    *,
+    order_id,
+    to_status: str,
+    caller: Caller | None = None,
+    actor_label: str = "",
+    reason: str = "",
+) -> Order:
+    """The one way an order changes status: lock, check the map, write the event.
+
+    Moving to the state the order is already in is a no-op (safe for retried tasks).
+    """
+    if to_status not in Order.Status.values:
+        raise ServiceError(f"Unknown order status {to_status!r}.", code="unknown_status")
+    with transaction.atomic():
+        order = Order.objects.select_for_update().get(pk=order_id)
+        from_status = order.status
+        if from_status == to_status:
+            return order
+        if to_status not in ORDER_TRANSITIONS[from_status]:
+            raise InvalidTransition(
+                f"An order cannot go from {from_status} to {to_status}.",
+                fields={"status": [f"Not allowed from {from_status}."]},
+            )
+        order.status = to_status
+        order.save(update_fields=["status", "updated_at"])
+        OrderEvent.objects.create(
+            order=order,
+            from_status=from_status,
+            to_status=to_status,
+            reason=reason,
+            **_actor_fields(caller, actor_label),
+        )
+        transaction.on_commit(lambda: _announce(order.id, from_status, to_status))
+    return order
+
+
+def _announce(order_id, from_status: str, to_status: str) -> None:
+    signals.order_status_changed.send(
+        sender=Order, order_id=order_id, from_status=from_status, to_status=to_status
+    )
+    specific = {
+        Order.Status.PAID: signals.order_paid,
+        Order.Status.CANCELLED: signals.order_cancelled,
+        Order.Status.DELIVERED: signals.order_delivered,
+    }.get(to_status)
+    if specific is not None:
+        specific.send(sender=Order, order_id=order_id)
+
+
+def order_cancel(*, caller: Caller, order_id, reason: str = "") -> Order:
+    """Customer cancellation, from the states where the customer may still cancel."""
+    with transaction.atomic():
+        order = (
+            Order.objects.select_for_update()
+            .filter(pk=order_id, organization=caller.organization)
+            .first()
+        )
+        if order is None:
+            raise NotFound("Order not found.")
+        if order.status == Order.Status.CANCELLED:
+            return order
+        if order.status not in CUSTOMER_CANCELLABLE:
+            raise InvalidTransition(
+                f"An order that is {order.get_status_display().lower()} cannot be cancelled.",
+                fields={"status": [f"Not cancellable from {order.status}."]},
+            )
+        return order_transition(
+            order_id=order.id,
+            to_status=Order.Status.CANCELLED,
+            caller=caller,
+            reason=reason or "Cancelled by the customer.",
+        )
+
+
+def order_mark_paid(
+    *, order_id, caller: Caller | None = None, actor_label: str = "", reason: str = ""
+) -> Order:
+    """Payment confirmed (by the payment provider or by staff): dispatch starts on commit."""
+    return order_transition(
+        order_id=order_id,
+        to_status=Order.Status.PAID,
+        caller=caller,
+        actor_label=actor_label,
+        reason=reason or "Payment confirmed.",
+    )
