@@ -1,0 +1,42 @@
+# The two commands a newcomer needs:
+#   make run    set up and run the platform on embedded defaults (SQLite, filesystem broker)
+#   make test   set up and run the test suite (needs PostgreSQL on 127.0.0.1:5432, see README)
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/marketplace
+PYTEST_ARGS ?=
+
+.PHONY: run test setup lint migrate clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+migrate: setup
+	$(BIN)/python manage.py migrate --no-input
+
+run: migrate
+	$(BIN)/python manage.py seed_demo
+	@echo "Web:  http://$(HOST):$(PORT)/   API docs: http://$(HOST):$(PORT)/api/docs/"
+	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(BIN)/python manage.py runserver $(HOST):$(PORT)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python manage.py makemigrations --check --dry-run
+
+test: lint
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(BIN)/pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) var

@@ -1,0 +1,66 @@
+"""Shared fixtures: organizations of each kind, API clients authenticated by key."""
+
+import pytest
+from django.core.cache import cache
+from rest_framework.test import APIClient
+
+from marketplace import services
+from marketplace.models import Membership, Organization
+from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
+
+
+@pytest.fixture(autouse=True)
+def _clear_cache():
+    """Throttle counters live in the cache; start every test from zero."""
+    cache.clear()
+    yield
+    cache.clear()
+
+
+class Tenant:
+    """An organization with an owner and an API key, and clients for both."""
+
+    def __init__(self, kind: str, role: str = Membership.Role.OWNER):
+        self.organization = OrganizationFactory(kind=kind)
+        self.user = UserFactory()
+        MembershipFactory(user=self.user, organization=self.organization, role=role)
+        issued = services.api_key_create(
+            organization=self.organization, name="test key", created_by=self.user, role=role
+        )
+        self.api_key = issued.api_key
+        self.raw_key = issued.raw_key
+        self.client = APIClient()
+        self.client.credentials(HTTP_AUTHORIZATION=f"Bearer {self.raw_key}")
+
+    def session_client(self) -> APIClient:
+        client = APIClient()
+        client.force_login(self.user)
+        return client
+
+
+@pytest.fixture
+def make_tenant(db):
+    def make(kind: str = Organization.Kind.CUSTOMER, role: str = Membership.Role.OWNER) -> Tenant:
+        return Tenant(kind, role)
+
+    return make
+
+
+@pytest.fixture
+def customer(make_tenant) -> Tenant:
+    return make_tenant(Organization.Kind.CUSTOMER)
+
+
+@pytest.fixture
+def other_customer(make_tenant) -> Tenant:
+    return make_tenant(Organization.Kind.CUSTOMER)
+
+
+@pytest.fixture
+def fleet_operator(make_tenant) -> Tenant:
+    return make_tenant(Organization.Kind.FLEET_OPERATOR)
+
+
+@pytest.fixture
+def anon_client() -> APIClient:
+    return APIClient()

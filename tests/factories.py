@@ -1,0 +1,75 @@
+"""factory_boy factories shared by every app's tests."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+import factory
+from django.utils import timezone
+
+from marketplace.models import Membership, Organization, User
+from orders.models import ComplexityLevel, Embodiment, Order, RateCard, TaskType
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = User
+        skip_postgeneration_save = True
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    email = factory.LazyAttribute(lambda u: f"{u.username}@example.com")
+    password = factory.PostGenerationMethodCall("set_password", "pw-for-tests-123")
+
+
+class OrganizationFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Organization
+
+    name = factory.Sequence(lambda n: f"Org {n}")
+    kind = Organization.Kind.CUSTOMER
+
+
+class MembershipFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Membership
+
+    user = factory.SubFactory(UserFactory)
+    organization = factory.SubFactory(OrganizationFactory)
+    role = Membership.Role.OWNER
+
+
+def seeded_rate_card() -> RateCard:
+    """Rate card v1 from the catalog data migration."""
+    return RateCard.objects.get(version=1)
+
+
+class OrderFactory(factory.django.DjangoModelFactory):
+    """An order as order_create would leave it (priced with rate card v1, awaiting payment).
+
+    Prices here are not recomputed: use orders.services to test pricing itself.
+    """
+
+    class Meta:
+        model = Order
+
+    organization = factory.SubFactory(OrganizationFactory)
+    task_type = factory.LazyFunction(lambda: TaskType.objects.get(slug="peg-insertion"))
+    complexity = factory.LazyFunction(lambda: ComplexityLevel.objects.get(level=4))
+    embodiment = factory.LazyFunction(lambda: Embodiment.objects.get(slug="franka-fr3"))
+    hours = Decimal("10.00")
+    environments = 2
+    rate_card = factory.LazyFunction(seeded_rate_card)
+    currency = "USD"
+    lines = factory.LazyAttribute(
+        lambda o: [
+            {
+                "code": "base",
+                "description": "test",
+                "quantity": str(o.hours),
+                "unit_amount": "100",
+                "amount": str(o.total),
+            }
+        ]
+    )
+    total = factory.LazyAttribute(lambda o: (o.hours * Decimal(100)).quantize(Decimal("0.01")))
+    status = Order.Status.AWAITING_PAYMENT
+    deadline = factory.LazyFunction(lambda: timezone.localdate() + timedelta(days=60))
