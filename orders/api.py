@@ -259,7 +259,10 @@ class OrderDetailsSerializer(serializers.Serializer):
     notes = serializers.CharField(max_length=5000, required=False, default="", allow_blank=True)
 
     def to_details(self) -> services.OrderDetails:
-        return services.OrderDetails(**self.validated_data)
+        data = self.validated_data
+        return services.OrderDetails(
+            **{name: data[name] for name in OrderDetailsSerializer().fields}
+        )
 
 
 class OrderFromQuoteSerializer(OrderDetailsSerializer):

@@ -13,11 +13,10 @@ from orders.models import ComplexityLevel, Embodiment, Order, RateCard, TaskType
 class UserFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = User
-        skip_postgeneration_save = True
 
     username = factory.Sequence(lambda n: f"user{n}")
     email = factory.LazyAttribute(lambda u: f"{u.username}@example.com")
-    password = factory.PostGenerationMethodCall("set_password", "pw-for-tests-123")
+    password = factory.django.Password("pw-for-tests-123")
 
 
 class OrganizationFactory(factory.django.DjangoModelFactory):
