@@ -58,7 +58,8 @@ def test_embedded_defaults_use_sqlite_and_a_filesystem_broker_under_the_data_dir
     env["MARKETPLACE_DATA_DIR"] = str(tmp_path)
     code = (
         "import django; django.setup(); from django.conf import settings as s; "
-        "print(s.DATABASES['default']['ENGINE'], s.DATABASES['default']['NAME'], s.CELERY_BROKER_URL,"
+        "db = s.DATABASES['default']; "
+        "print(db['ENGINE'], db['NAME'], s.CELERY_BROKER_URL,"
         " s.CELERY_BROKER_TRANSPORT_OPTIONS['data_folder_in'])"
     )
     # when
@@ -88,8 +89,8 @@ def test_production_settings_come_from_the_environment(tmp_path):
     )
     code = (
         "import django; django.setup(); from django.conf import settings as s; "
-        "print(s.DATABASES['default']['ENGINE'], s.DATABASES['default']['HOST'], s.CELERY_BROKER_URL,"
-        " s.SECRET_KEY, ','.join(s.ALLOWED_HOSTS))"
+        "db = s.DATABASES['default']; "
+        "print(db['ENGINE'], db['HOST'], s.CELERY_BROKER_URL, s.SECRET_KEY, ','.join(s.ALLOWED_HOSTS))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],

@@ -1,6 +1,6 @@
 """The order state machine: every legal move writes one event, every illegal one leaves no trace."""
 
-from itertools import product
+from itertools import pairwise, product
 
 import pytest
 from django.db import transaction
@@ -31,7 +31,7 @@ def test_the_map_covers_every_status_and_the_lifecycle_of_the_design():
         "delivered",
         "closed",
     ]
-    for current, following in zip(happy, happy[1:], strict=False):
+    for current, following in pairwise(happy):
         assert following in ORDER_TRANSITIONS[current]
     assert ORDER_TRANSITIONS["closed"] == ORDER_TRANSITIONS["refunded"] == frozenset()
 
@@ -102,10 +102,13 @@ def test_order_paid_is_announced_only_after_commit(django_capture_on_commit_call
     signals.order_paid.connect(receiver)
     try:
         # when: a transaction that marks paid and then fails announces nothing
-        with django_capture_on_commit_callbacks(execute=True) as callbacks:
-            with pytest.raises(RuntimeError), transaction.atomic():
-                order_mark_paid(order_id=order.id, actor_label="staff:test")
-                raise RuntimeError("boom")
+        with (
+            django_capture_on_commit_callbacks(execute=True) as callbacks,
+            pytest.raises(RuntimeError),
+            transaction.atomic(),
+        ):
+            order_mark_paid(order_id=order.id, actor_label="staff:test")
+            raise RuntimeError("boom")
         assert received == [] and callbacks == []
         order.refresh_from_db()
         assert order.status == Order.Status.AWAITING_PAYMENT
