@@ -90,7 +90,8 @@ def test_production_settings_come_from_the_environment(tmp_path):
     code = (
         "import django; django.setup(); from django.conf import settings as s; "
         "db = s.DATABASES['default']; "
-        "print(db['ENGINE'], db['HOST'], s.CELERY_BROKER_URL, s.SECRET_KEY, ','.join(s.ALLOWED_HOSTS))"
+        "print(db['ENGINE'], db['HOST'], s.CELERY_BROKER_URL, s.SECRET_KEY,"
+        " ','.join(s.ALLOWED_HOSTS))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
