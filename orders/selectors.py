@@ -17,14 +17,31 @@ def rate_card_current(*, at=None) -> RateCard | None:
     )
 
 
+_terms_cache: dict[tuple[int, int], RateCardTerms] = {}
+
+
 def rate_card_terms(rate_card: RateCard) -> RateCardTerms:
+    """The card's prices as plain values. A card in force is frozen (the admin refuses edits),
+    so its terms are kept per process; a card not yet in force is always read afresh."""
+    key = (rate_card.pk, rate_card.version)
+    cached = _terms_cache.get(key)
+    if cached is not None:
+        return cached
+    terms = _read_terms(rate_card)
+    if rate_card.effective_from <= timezone.now():
+        _terms_cache[key] = terms
+    return terms
+
+
+def _read_terms(rate_card: RateCard) -> RateCardTerms:
+    # Whether an embodiment or sensor may be ordered at all is the catalog's `active` flag,
+    # checked when a request is resolved; the card only says what it costs.
     return RateCardTerms(
         version=rate_card.version,
         currency=rate_card.currency,
         embodiment_rates={
             rate.embodiment.slug: rate.hourly_rate
             for rate in rate_card.embodiment_rates.select_related("embodiment")
-            if rate.embodiment.active
         },
         complexity_multipliers={
             m.level_id: m.multiplier for m in rate_card.complexity_multipliers.all()
@@ -32,7 +49,6 @@ def rate_card_terms(rate_card: RateCard) -> RateCardTerms:
         sensor_rates={
             rate.sensor.slug: rate.hourly_rate
             for rate in rate_card.sensor_rates.select_related("sensor")
-            if rate.sensor.active
         },
         included_environments=rate_card.included_environments,
         extra_environment_fee=rate_card.extra_environment_fee,

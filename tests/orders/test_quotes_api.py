@@ -140,3 +140,23 @@ def test_quotes_expire_per_the_rate_card(anon_client):
     body = anon_client.post("/api/v1/quotes", SPEC, format="json").json()
     quote = Quote.objects.get(pk=body["id"])
     assert (quote.expires_at - quote.created_at).total_seconds() == pytest.approx(72 * 3600, abs=5)
+
+
+def test_pricing_a_quote_costs_a_fixed_number_of_queries(anon_client, django_assert_num_queries):
+    anon_client.post("/api/v1/quotes", SPEC, format="json")  # the rate card's terms are now known
+    # then: task type, embodiment, complexity, sensors, current rate card, insert
+    with django_assert_num_queries(6):
+        assert anon_client.post("/api/v1/quotes", SPEC, format="json").status_code == 201
+
+
+def test_a_rate_card_not_yet_in_force_is_not_used(anon_client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from orders.models import RateCard
+
+    RateCard.objects.create(
+        version=9, effective_from=timezone.now() + timedelta(days=1), currency="EUR"
+    )
+    assert anon_client.post("/api/v1/quotes", SPEC, format="json").json()["rate_card_version"] == 1
