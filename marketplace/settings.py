@@ -156,6 +156,7 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {"OrderStatusEnum": "orders.models.Order.Status"},
 }
 
 # --- Celery ----------------------------------------------------------------------------------
