@@ -20,7 +20,11 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
-setup: $(VENV)/.installed
+local_s3/node_modules: local_s3/package-lock.json
+	npm ci --prefix local_s3 --no-audit --no-fund --silent
+	touch $@
+
+setup: $(VENV)/.installed local_s3/node_modules
 
 migrate: setup
 	$(BIN)/python manage.py migrate --no-input

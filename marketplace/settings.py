@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "marketplace",
     "orders",
+    "datasets",
 ]
 
 MIDDLEWARE = [
@@ -203,3 +204,12 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
+
+# --- Object storage (S3 API) ------------------------------------------------------------------
+# Embedded default: the local S3 server in local_s3/ (`make run` starts it on this port).
+S3_ENDPOINT_URL = os.environ.get("S3_ENDPOINT_URL", "http://127.0.0.1:9000")
+S3_BUCKET = os.environ.get("S3_BUCKET", "marketplace")
+S3_REGION = os.environ.get("S3_REGION", "us-east-1")
+AWS_ACCESS_KEY_ID = os.environ.get("AWS_ACCESS_KEY_ID", "local-key")
+AWS_SECRET_ACCESS_KEY = os.environ.get("AWS_SECRET_ACCESS_KEY", "local-secret")
+S3_UPLOAD_URL_EXPIRY_SECONDS = int(os.environ.get("S3_UPLOAD_URL_EXPIRY_SECONDS", "3600"))

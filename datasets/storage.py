@@ -1,0 +1,268 @@
+"""The one boto3 integration: object storage for episodes and deliveries.
+
+Bytes never pass through Django: fleets PUT to presigned URLs, customers GET from presigned
+URLs. Length and SHA-256 are signed into upload URLs, so AWS S3 refuses any other body; the
+local S3 server enforces only the signed length and signature, which is why QA verifies the
+checksum itself (`object_sha256`).
+"""
+
+import base64
+import hashlib
+import io
+from dataclasses import dataclass
+from functools import lru_cache
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from django.conf import settings
+
+STREAM_CHUNK = 1024 * 1024
+
+
+class StorageError(Exception):
+    """Object storage refused or failed a request."""
+
+
+class ObjectMissing(StorageError):
+    pass
+
+
+@dataclass(frozen=True)
+class PresignedRequest:
+    method: str
+    url: str
+    headers: dict[str, str]  # headers the caller must send exactly as given
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    etag: str
+    checksum_sha256: str | None  # base64, when the store keeps one (AWS S3 does)
+
+
+@lru_cache(maxsize=4)
+def _client(endpoint_url: str | None, region: str, access_key: str, secret_key: str):
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint_url,
+        region_name=region,
+        aws_access_key_id=access_key or None,
+        aws_secret_access_key=secret_key or None,
+        config=Config(
+            signature_version="s3v4",
+            s3={"addressing_style": "path"},
+            # Only the checksums we ask for: no extra CRC headers the uploader cannot know.
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+            retries={"max_attempts": 3, "mode": "standard"},
+            connect_timeout=5,
+            read_timeout=30,
+        ),
+    )
+
+
+def client():
+    return _client(
+        settings.S3_ENDPOINT_URL or None,
+        settings.S3_REGION,
+        settings.AWS_ACCESS_KEY_ID,
+        settings.AWS_SECRET_ACCESS_KEY,
+    )
+
+
+def bucket() -> str:
+    return settings.S3_BUCKET
+
+
+def sha256_hex_to_base64(sha256_hex: str) -> str:
+    return base64.b64encode(bytes.fromhex(sha256_hex)).decode()
+
+
+def presigned_put(
+    *, key: str, content_length: int, sha256_hex: str, expires_in: int | None = None
+) -> PresignedRequest:
+    """A single-request upload URL bound to this key, this length and this SHA-256."""
+    checksum = sha256_hex_to_base64(sha256_hex)
+    url = client().generate_presigned_url(
+        "put_object",
+        Params={
+            "Bucket": bucket(),
+            "Key": key,
+            "ContentLength": content_length,
+            "ChecksumSHA256": checksum,
+        },
+        ExpiresIn=expires_in or settings.S3_UPLOAD_URL_EXPIRY_SECONDS,
+        HttpMethod="PUT",
+    )
+    return PresignedRequest(
+        method="PUT",
+        url=url,
+        headers={"Content-Length": str(content_length), "x-amz-checksum-sha256": checksum},
+    )
+
+
+def multipart_start(*, key: str) -> str:
+    try:
+        response = client().create_multipart_upload(Bucket=bucket(), Key=key)
+    except ClientError as exc:
+        raise StorageError(str(exc)) from exc
+    return response["UploadId"]
+
+
+def presigned_part_put(
+    *,
+    key: str,
+    upload_id: str,
+    part_number: int,
+    content_length: int,
+    expires_in: int | None = None,
+) -> PresignedRequest:
+    url = client().generate_presigned_url(
+        "upload_part",
+        Params={
+            "Bucket": bucket(),
+            "Key": key,
+            "UploadId": upload_id,
+            "PartNumber": part_number,
+            "ContentLength": content_length,
+        },
+        ExpiresIn=expires_in or settings.S3_UPLOAD_URL_EXPIRY_SECONDS,
+        HttpMethod="PUT",
+    )
+    return PresignedRequest(method="PUT", url=url, headers={"Content-Length": str(content_length)})
+
+
+def multipart_complete(*, key: str, upload_id: str, parts: list[dict]) -> None:
+    """parts: [{"PartNumber": 1, "ETag": "..."}, ...] as the uploader saw them."""
+    try:
+        client().complete_multipart_upload(
+            Bucket=bucket(),
+            Key=key,
+            UploadId=upload_id,
+            MultipartUpload={"Parts": sorted(parts, key=lambda p: p["PartNumber"])},
+        )
+    except ClientError as exc:
+        raise StorageError(str(exc)) from exc
+
+
+def multipart_abort(*, key: str, upload_id: str) -> None:
+    try:
+        client().abort_multipart_upload(Bucket=bucket(), Key=key, UploadId=upload_id)
+    except ClientError as exc:
+        raise StorageError(str(exc)) from exc
+
+
+def head(key: str) -> ObjectInfo:
+    try:
+        response = client().head_object(Bucket=bucket(), Key=key, ChecksumMode="ENABLED")
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
+            raise ObjectMissing(key) from exc
+        raise StorageError(str(exc)) from exc
+    return ObjectInfo(
+        key=key,
+        size=response["ContentLength"],
+        etag=response.get("ETag", "").strip('"'),
+        checksum_sha256=response.get("ChecksumSHA256"),
+    )
+
+
+def read_range(key: str, start: int, end_inclusive: int) -> bytes:
+    """Bytes start..end_inclusive. Explicit ranges only: suffix ranges are broken locally."""
+    try:
+        response = client().get_object(
+            Bucket=bucket(), Key=key, Range=f"bytes={start}-{end_inclusive}"
+        )
+    except ClientError as exc:
+        raise StorageError(str(exc)) from exc
+    return response["Body"].read()
+
+
+def object_sha256(key: str) -> str:
+    """SHA-256 (hex) of the stored bytes, streamed once."""
+    digest = hashlib.sha256()
+    try:
+        body = client().get_object(Bucket=bucket(), Key=key)["Body"]
+    except ClientError as exc:
+        raise StorageError(str(exc)) from exc
+    for chunk in iter(lambda: body.read(STREAM_CHUNK), b""):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def put_bytes(*, key: str, data: bytes, content_type: str = "application/octet-stream") -> None:
+    """Server-side writes (deliveries). Never used for fleet uploads."""
+    try:
+        client().put_object(
+            Bucket=bucket(),
+            Key=key,
+            Body=data,
+            ContentType=content_type,
+            ChecksumSHA256=base64.b64encode(hashlib.sha256(data).digest()).decode(),
+        )
+    except ClientError as exc:
+        raise StorageError(str(exc)) from exc
+
+
+def presigned_get(*, key: str, expires_in: int, download_name: str | None = None) -> str:
+    params = {"Bucket": bucket(), "Key": key}
+    if download_name:
+        params["ResponseContentDisposition"] = f'attachment; filename="{download_name}"'
+    return client().generate_presigned_url("get_object", Params=params, ExpiresIn=expires_in)
+
+
+class RangeReader(io.RawIOBase):
+    """A seekable, read-only file over one S3 object, fetching only the ranges asked for.
+
+    pyarrow reads a parquet footer and then only the column chunks it needs through this;
+    `bytes_read` tells how much actually crossed the network.
+    """
+
+    def __init__(self, key: str, size: int | None = None):
+        super().__init__()
+        self.key = key
+        self.size = head(key).size if size is None else size
+        self.position = 0
+        self.bytes_read = 0
+        self.requests = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            self.position = offset
+        elif whence == io.SEEK_CUR:
+            self.position += offset
+        elif whence == io.SEEK_END:
+            self.position = self.size + offset
+        else:
+            raise ValueError(f"bad whence {whence}")
+        self.position = max(0, self.position)
+        return self.position
+
+    def read(self, size: int = -1) -> bytes:
+        if self.position >= self.size:
+            return b""
+        end = self.size if size is None or size < 0 else min(self.size, self.position + size)
+        if end <= self.position:
+            return b""
+        data = read_range(self.key, self.position, end - 1)
+        self.requests += 1
+        self.bytes_read += len(data)
+        self.position += len(data)
+        return data
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
