@@ -1,0 +1,84 @@
+"""Load a LeRobot v3.0 directory the way lerobot 0.6.1 does offline, and check invariants.
+
+lerobot itself needs Python >= 3.12, so this mirrors its loading path (shared/notes/
+lerobot-v3.md): version check, tasks from the pandas index, episodes metadata, data files
+with exactly the declared non-video features, cast to the declared dtypes.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ARROW_TYPES = {"float32": pa.float32(), "float64": pa.float64(), "int64": pa.int64()}
+
+
+class BackwardCompatibilityError(Exception):
+    pass
+
+
+def load(root: Path) -> dict:
+    root = Path(root)
+    info = json.loads((root / "meta/info.json").read_text())
+    if info["codebase_version"] != "v3.0":
+        raise BackwardCompatibilityError(info["codebase_version"])
+    tasks = pd.read_parquet(root / "meta/tasks.parquet")
+    episodes = pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    stats = json.loads((root / "meta/stats.json").read_text())
+    features = info["features"]
+    non_video = {k: v for k, v in features.items() if v["dtype"] != "video"}
+    fields = []
+    for name, feature in non_video.items():
+        base = ARROW_TYPES[feature["dtype"]]
+        shape = feature["shape"]
+        fields.append((name, pa.list_(base, shape[0]) if shape != [1] else base))
+    schema = pa.schema(fields)
+    files = sorted({(e["data/chunk_index"], e["data/file_index"]) for e in episodes})
+    tables = []
+    for chunk_index, file_index in files:
+        path = root / info["data_path"].format(chunk_index=chunk_index, file_index=file_index)
+        table = pq.read_table(path)
+        assert set(table.column_names) == set(non_video), (table.column_names, list(non_video))
+        tables.append(table.select(schema.names).cast(schema))
+    data = pa.concat_tables(tables)
+    return {
+        "info": info,
+        "tasks": tasks,
+        "episodes": episodes,
+        "stats": stats,
+        "data": data,
+        "files": files,
+    }
+
+
+def check_invariants(dataset: dict) -> None:
+    info, data, episodes = dataset["info"], dataset["data"], dataset["episodes"]
+    n = data.num_rows
+    index = data.column("index").to_numpy()
+    assert np.array_equal(index, np.arange(n)), "index must be 0..N-1"
+    assert info["total_frames"] == n
+    assert info["total_episodes"] == len(episodes)
+    assert info["total_tasks"] == len(dataset["tasks"])
+    assert info["splits"] == {"train": f"0:{len(episodes)}"}
+    fps = info["fps"]
+    frame_index = data.column("frame_index").to_numpy()
+    timestamp = data.column("timestamp").to_numpy()
+    episode_index = data.column("episode_index").to_numpy()
+    for episode in episodes:
+        start, end = episode["dataset_from_index"], episode["dataset_to_index"]
+        assert end - start == episode["length"]
+        assert (episode_index[start:end] == episode["episode_index"]).all()
+        assert np.array_equal(frame_index[start:end], np.arange(episode["length"]))
+        assert np.allclose(timestamp[start:end], frame_index[start:end] / fps, atol=1e-4)
+        task = episode["tasks"][0]
+        assert int(dataset["tasks"].loc[task, "task_index"]) in set(
+            data.column("task_index").to_numpy()[start:end]
+        )
+    stat_keys = {"min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99"}
+    for name, feature in info["features"].items():
+        assert set(dataset["stats"][name]) == stat_keys, name
+        for key in stat_keys - {"count"}:
+            assert len(dataset["stats"][name][key]) == feature["shape"][0], (name, key)
