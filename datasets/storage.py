@@ -11,8 +11,10 @@ import hashlib
 import io
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import boto3
+from boto3.exceptions import S3UploadFailedError
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from django.conf import settings
@@ -204,6 +206,20 @@ def put_bytes(*, key: str, data: bytes, content_type: str = "application/octet-s
             ChecksumSHA256=base64.b64encode(hashlib.sha256(data).digest()).decode(),
         )
     except ClientError as exc:
+        raise StorageError(str(exc)) from exc
+
+
+def upload_file(*, key: str, path) -> None:
+    """Server-side upload of a local file (multipart above boto3's threshold)."""
+    content_type = {
+        ".json": "application/json",
+        ".md": "text/markdown; charset=utf-8",
+        ".parquet": "application/vnd.apache.parquet",
+        ".mp4": "video/mp4",
+    }.get(Path(path).suffix, "application/octet-stream")
+    try:
+        client().upload_file(str(path), bucket(), key, ExtraArgs={"ContentType": content_type})
+    except (ClientError, S3UploadFailedError) as exc:
         raise StorageError(str(exc)) from exc
 
 

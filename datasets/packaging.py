@@ -1,0 +1,144 @@
+"""Turning a written dataset directory into a delivery: manifest, dataset card, upload.
+
+`manifest.json` lists every file of the delivery with its size and SHA-256 (the card and
+the dataset files; the manifest cannot list itself). `README.md` is the dataset card.
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+
+from datasets import storage
+
+HASH_CHUNK = 1024 * 1024
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(HASH_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Provenance:
+    fleet: str
+    site: str
+    site_kind: str
+    episodes: int
+    hours: Decimal
+
+
+@dataclass(frozen=True)
+class DatasetCardFacts:
+    title: str
+    task: str
+    embodiment: str
+    robot_type: str
+    fps: int
+    episodes: int
+    frames: int
+    hours: Decimal
+    environments: int
+    objects: int
+    operators: int
+    success_rate: float | None
+    qa_accepted: int
+    qa_rejected: int
+    qa_rejections_by_reason: dict[str, int] = field(default_factory=dict)
+    provenance: tuple[Provenance, ...] = ()
+    collected_from: datetime | None = None
+    collected_to: datetime | None = None
+    license: str = "Proprietary: licensed to the ordering organization"
+    order_id: str = ""
+
+
+def render_dataset_card(facts: DatasetCardFacts) -> str:
+    success = "n/a" if facts.success_rate is None else f"{facts.success_rate:.1%}"
+    window = "n/a"
+    if facts.collected_from and facts.collected_to:
+        window = f"{facts.collected_from:%Y-%m-%d} to {facts.collected_to:%Y-%m-%d}"
+    lines = [
+        f"# {facts.title}",
+        "",
+        "A teleoperated robot motion dataset in LeRobot v3.0 format. Load it offline with",
+        "`LeRobotDataset(repo_id, root=<this folder>)`.",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| Task | {facts.task} |",
+        f"| Embodiment | {facts.embodiment} (`robot_type` {facts.robot_type}) |",
+        f"| Frames per second | {facts.fps} |",
+        f"| Hours | {facts.hours} |",
+        f"| Episodes | {facts.episodes} |",
+        f"| Frames | {facts.frames} |",
+        f"| Environments | {facts.environments} |",
+        f"| Distinct objects | {facts.objects} |",
+        f"| Operators | {facts.operators} |",
+        f"| Success rate (operator labels) | {success} |",
+        f"| Collected | {window} |",
+        f"| License | {facts.license} |",
+        f"| Order | {facts.order_id} |",
+        "",
+        "## Quality assurance",
+        "",
+        "Every episode was checked before it counted: file size and SHA-256, schema and dtypes,",
+        "vector lengths, frame count, monotonic timestamps without gaps over 1.5 frame periods,",
+        "frame rate within tolerance, no NaN or infinity, duration within bounds.",
+        "",
+        f"- accepted: {facts.qa_accepted}",
+        f"- rejected: {facts.qa_rejected}",
+    ]
+    for reason, count in sorted(facts.qa_rejections_by_reason.items()):
+        lines.append(f"  - {reason}: {count}")
+    lines += ["", "## Provenance", ""]
+    if facts.provenance:
+        lines += ["| Fleet | Site | Site kind | Episodes | Hours |", "|---|---|---|---|---|"]
+        lines += [
+            f"| {p.fleet} | {p.site} | {p.site_kind} | {p.episodes} | {p.hours} |"
+            for p in facts.provenance
+        ]
+    else:
+        lines.append("No provenance recorded.")
+    lines += ["", "`manifest.json` lists every file with its size and SHA-256.", ""]
+    return "\n".join(lines)
+
+
+def build_manifest(root: Path, *, extra: dict | None = None) -> dict:
+    root = Path(root)
+    files = [
+        {
+            "path": str(path.relative_to(root)),
+            "size": path.stat().st_size,
+            "sha256": file_sha256(path),
+        }
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and path.name != "manifest.json"
+    ]
+    return {"version": 1, **(extra or {}), "files": files}
+
+
+def write_delivery_files(root: Path, card: DatasetCardFacts, *, extra: dict | None = None) -> dict:
+    """Add README.md and manifest.json beside the dataset; returns the manifest."""
+    root = Path(root)
+    (root / "README.md").write_text(render_dataset_card(card))
+    manifest = build_manifest(root, extra=extra)
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return manifest
+
+
+def upload_tree(root: Path, prefix: str) -> list[str]:
+    """Upload every file under root to prefix/..., data files first, manifest last."""
+    root = Path(root)
+    paths = sorted(p for p in root.rglob("*") if p.is_file())
+    paths.sort(key=lambda p: p.name == "manifest.json")
+    keys = []
+    for path in paths:
+        key = f"{prefix.rstrip('/')}/{path.relative_to(root)}"
+        storage.upload_file(key=key, path=path)
+        keys.append(key)
+    return keys
