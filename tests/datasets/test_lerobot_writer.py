@@ -7,9 +7,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from datasets.episode_format import episode_table, parquet_bytes
 from datasets.lerobot import LeRobotWriter
 from tests.datasets import lerobot_loader
-from tests.datasets.episodes import episode_table, parquet_bytes
 
 FPS, DIM = 30, 8
 NAMES = [f"joint_{i}" for i in range(DIM)]

@@ -8,9 +8,9 @@ from decimal import Decimal
 import pytest
 
 from datasets import storage
+from datasets.episode_format import episode_table, parquet_bytes
 from datasets.lerobot import LeRobotWriter
 from datasets.packaging import DatasetCardFacts, Provenance, upload_tree, write_delivery_files
-from tests.datasets.episodes import episode_table, parquet_bytes
 
 NAMES = [f"joint_{i}" for i in range(8)]
 FACTS = DatasetCardFacts(

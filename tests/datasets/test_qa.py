@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from datasets.episode_format import episode_table, parquet_bytes, sha256
 from datasets.qa import EpisodeExpectation, Reason, check_episode_file
-from tests.datasets.episodes import episode_table, parquet_bytes, sha256
 
 FPS, DIM = 30, 8
 

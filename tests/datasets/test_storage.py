@@ -8,8 +8,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from datasets import storage
+from datasets.episode_format import episode_table, parquet_bytes, sha256
 from datasets.qa import EpisodeExpectation, Reason, check_stored_episode
-from tests.datasets.episodes import episode_table, parquet_bytes, sha256
 
 pytestmark = pytest.mark.usefixtures("s3")
 

@@ -1,4 +1,13 @@
-"""Episode parquet files for tests: a valid one, and ways to break it."""
+"""The episode file format fleets upload, and a reference writer for it.
+
+One parquet file per episode:
+    observation.state  fixed_size_list<float32>[D] (float64 and plain lists also accepted)
+    action             fixed_size_list<float32>[D], D = the embodiment's action_dim
+    timestamp          float32 seconds from the start: frame_index / fps
+    frame_index        int64 0..n-1
+Other columns (extra sensors) may follow; QA skips them. `episode_table` makes plausible
+synthetic trajectories (tests, benchmarks, the demo fleets); `parquet_bytes` writes them.
+"""
 
 import hashlib
 import io
