@@ -16,3 +16,6 @@ app.conf.task_routes = {
     "billing.tasks.*": {"queue": "billing"},
 }
 app.autodiscover_tasks()
+
+# Request ids travel from web requests into task logs (signal handlers connect on import).
+import marketplace.observability  # noqa: E402, F401

@@ -4,7 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from marketplace import api as accounts_api
-from marketplace import views
+from marketplace import health, views
 from marketplace.exception_handler import handler_404_api, handler_500_api
 
 api_v1 = [
@@ -16,6 +16,8 @@ api_v1 = [
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
