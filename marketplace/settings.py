@@ -202,3 +202,26 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
+
+# --- Billing (Stripe) -------------------------------------------------------------------------
+# No STRIPE_API_KEY: online payment is off and staff mark orders paid (admin action).
+INSTALLED_APPS.append("billing")
+STRIPE_API_KEY = os.environ.get("STRIPE_API_KEY", "")
+STRIPE_WEBHOOK_SECRET = os.environ.get("STRIPE_WEBHOOK_SECRET", "")
+STRIPE_API_BASE = os.environ.get("STRIPE_API_BASE") or None  # None: the real Stripe API
+STRIPE_MAX_NETWORK_RETRIES = int(os.environ.get("STRIPE_MAX_NETWORK_RETRIES", "2"))
+STRIPE_TIMEOUT_SECONDS = float(os.environ.get("STRIPE_TIMEOUT_SECONDS", "20"))
+STRIPE_WEBHOOK_TOLERANCE_SECONDS = int(os.environ.get("STRIPE_WEBHOOK_TOLERANCE_SECONDS", "300"))
+BILLING_SITE_URL = os.environ.get("BILLING_SITE_URL", "http://127.0.0.1:8000").rstrip("/")
+BILLING_CHECKOUT_SUCCESS_URL = os.environ.get(
+    "BILLING_CHECKOUT_SUCCESS_URL", BILLING_SITE_URL + "/orders/{order_id}?payment=success"
+)
+BILLING_CHECKOUT_CANCEL_URL = os.environ.get(
+    "BILLING_CHECKOUT_CANCEL_URL", BILLING_SITE_URL + "/orders/{order_id}?payment=cancelled"
+)
+# Dotted path to f(order) -> Decimal | None: hours already handed to fleets (set by fleets).
+BILLING_DISPATCHED_HOURS_PROVIDER = os.environ.get("BILLING_DISPATCHED_HOURS_PROVIDER", "")
+CELERY_BEAT_SCHEDULE = {
+    **globals().get("CELERY_BEAT_SCHEDULE", {}),
+    "billing-sweep": {"task": "billing.tasks.billing_sweep", "schedule": 300.0},
+}
