@@ -17,9 +17,7 @@ def pay_url(order) -> str:
     return reverse("order-payments", args=[order.id])
 
 
-def test_paying_returns_a_client_secret_of_a_real_payment_intent(
-    customer, stripe_on, stripe_client
-):
+def test_paying_returns_the_client_secret_of_a_payment_intent(customer, stripe_on, stripe_client):
     # given
     order = OrderFactory(organization=customer.organization, total=Decimal("1234.56"))
     # when
