@@ -1,0 +1,119 @@
+"""Property: for any sequence of payments and refunds the ledger balances and no refund
+exceeds what was charged."""
+
+from collections import defaultdict
+from decimal import Decimal
+
+import pytest
+from django.db.models import Sum
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from billing import services
+from billing.models import LedgerEntry, LedgerTransaction, Payment, Refund
+from marketplace.errors import Conflict
+from tests.factories import OrderFactory, OrganizationFactory
+
+pytestmark = pytest.mark.django_db
+
+ORDERS = 3
+operation = st.one_of(
+    st.tuples(st.just("pay"), st.integers(0, ORDERS - 1)),
+    st.tuples(
+        st.just("refund"),
+        st.integers(0, ORDERS - 1),
+        st.integers(1, 150_000),  # cents; sometimes more than the order costs
+        st.sampled_from(["succeed", "fail", "pending"]),
+    ),
+)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    totals=st.lists(st.integers(100, 120_000), min_size=ORDERS, max_size=ORDERS),
+    operations=st.lists(operation, max_size=25),
+)
+def test_ledger_balances_and_refunds_never_exceed_charges(db, totals, operations):
+    # given
+    organization = OrganizationFactory()
+    orders = [
+        OrderFactory(organization=organization, total=Decimal(cents) / 100) for cents in totals
+    ]
+    payments = [
+        Payment.objects.create(
+            order=order,
+            organization=organization,
+            method=Payment.Method.PAYMENT_INTENT,
+            amount=order.total,
+            currency=order.currency,
+            stripe_payment_intent_id=f"pi_prop_{order.id.hex}",
+        )
+        for order in orders
+    ]
+    paid = [False] * ORDERS
+    reserved = [Decimal("0")] * ORDERS
+    refund_count = 0
+    # when
+    for op in operations:
+        index = op[1]
+        payment = payments[index]
+        if op[0] == "pay":
+            services.payment_record_success(
+                payment_id=payment.id, amount=payment.amount, currency=payment.currency
+            )
+            paid[index] = True
+            continue
+        _, _, cents, outcome = op
+        amount = Decimal(cents) / 100
+        refund_count += 1
+        allowed = paid[index] and amount <= payment.amount - reserved[index]
+        try:
+            refund = services.refund_request(
+                payment_id=payment.id,
+                amount=amount,
+                reason=Refund.Reason.STAFF,
+                key=f"prop:{payment.id}:{refund_count}",
+            )
+        except Conflict:
+            assert not allowed
+            continue
+        assert allowed
+        reserved[index] += amount
+        if outcome == "succeed":
+            services.refund_record_success(refund_id=refund.id, stripe_refund_id=f"re_{refund.id}")
+        elif outcome == "fail":
+            services.refund_record_failure(refund_id=refund.id, message="declined")
+            reserved[index] -= amount
+    # then: every transaction balances
+    entries = LedgerEntry.objects.filter(order__in=orders)
+    per_transaction: dict[int, Decimal] = defaultdict(Decimal)
+    for txn_id, amount in entries.values_list("transaction_id", "amount"):
+        per_transaction[txn_id] += amount
+    assert all(total == 0 for total in per_transaction.values())
+    for index, (order, payment) in enumerate(zip(orders, payments, strict=True)):
+        payment.refresh_from_db()
+        order_entries = entries.filter(order=order)
+        assert (order_entries.aggregate(s=Sum("amount"))["s"] or 0) == 0
+        charged = (
+            order_entries.filter(
+                transaction__kind=LedgerTransaction.Kind.CHARGE, account="stripe_balance"
+            ).aggregate(s=Sum("amount"))["s"]
+            or 0
+        )
+        refunded = (
+            Refund.objects.filter(payment=payment, status=Refund.Status.SUCCEEDED).aggregate(
+                s=Sum("amount")
+            )["s"]
+            or 0
+        )
+        held = -(
+            order_entries.filter(account="customer_funds").aggregate(s=Sum("amount"))["s"] or 0
+        )
+        assert charged == (payment.amount if paid[index] else 0)
+        assert 0 <= refunded <= charged
+        assert held == charged - refunded >= 0
+        assert payment.amount_refunded == reserved[index] <= payment.amount
