@@ -426,29 +426,37 @@ def refund_request(
 
 
 def refund_submit(*, refund_id) -> Refund:
-    """Send a pending refund to Stripe (safe to repeat: the key is the refund's id)."""
-    refund = Refund.objects.select_related("payment").get(pk=refund_id)
-    if refund.status != Refund.Status.PENDING or refund.stripe_refund_id:
-        return refund
-    try:
-        result = gateway.refund_create(
-            payment_intent_id=refund.payment.stripe_payment_intent_id,
-            amount=refund.amount,
-            currency=refund.currency,
-            metadata={
-                "refund_id": str(refund.id),
-                "order_id": str(refund.order_id),
-                "payment_id": str(refund.payment_id),
-            },
-            idempotency_key=f"refund:{refund.id}",
+    """Send a pending refund to Stripe, exactly once.
+
+    The order, payment and refund stay locked during the call, so two workers running the
+    same task cannot both send it; the idempotency key (the refund's id) covers a response
+    lost on the way back. Stripe down: nothing changes here and the task retries.
+    """
+    with transaction.atomic():
+        payment_id = Refund.objects.values_list("payment_id", flat=True).get(pk=refund_id)
+        _lock_order_and_payment(payment_id)
+        refund = Refund.objects.select_for_update().select_related("payment").get(pk=refund_id)
+        if refund.status != Refund.Status.PENDING or refund.stripe_refund_id:
+            return refund
+        try:
+            result = gateway.refund_create(
+                payment_intent_id=refund.payment.stripe_payment_intent_id,
+                amount=refund.amount,
+                currency=refund.currency,
+                metadata={
+                    "refund_id": str(refund.id),
+                    "order_id": str(refund.order_id),
+                    "payment_id": str(refund.payment_id),
+                },
+                idempotency_key=f"refund:{refund.id}",
+            )
+        except gateway.GatewayUnavailable:
+            raise  # stays pending; the task retries with the same key
+        except gateway.GatewayError as exc:
+            return refund_record_failure(refund_id=refund.id, message=str(exc))
+        return refund_record_success(
+            refund_id=refund.id, stripe_refund_id=result.id, settled=result.status == "succeeded"
         )
-    except gateway.GatewayUnavailable:
-        raise  # stays pending; the task retries with the same key
-    except gateway.GatewayError as exc:
-        return refund_record_failure(refund_id=refund.id, message=str(exc))
-    return refund_record_success(
-        refund_id=refund.id, stripe_refund_id=result.id, settled=result.status == "succeeded"
-    )
 
 
 def refund_record_success(*, refund_id, stripe_refund_id: str, settled: bool = True) -> Refund:

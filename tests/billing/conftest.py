@@ -168,12 +168,13 @@ def paid_order(customer, start_payment, stripe_client, webhook_client):
         # Run the on-commit processing like a worker would.
         from django.test import TestCase
 
-        with TestCase.captureOnCommitCallbacks(using=connection.alias, execute=True) as callbacks:
+        with TestCase.captureOnCommitCallbacks(using=connection.alias, execute=True):
             response = post_webhook(webhook_client, body)
         assert response.status_code == 200
-        assert callbacks
         order.refresh_from_db()
         payment.refresh_from_db()
+        assert payment.status == "succeeded"
+        assert order.status == "paid"
         return order, payment, intent
 
     return make

@@ -250,3 +250,43 @@ def test_cancelling_an_unpaid_order_closes_its_open_payment(
     payment.refresh_from_db()
     assert payment.status == Payment.Status.CANCELED
     assert Refund.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
+def test_a_refund_submitted_by_two_workers_at_once_reaches_stripe_once(
+    paid_order, stripe_client, monkeypatch
+):
+    # given: localstripe ignores idempotency keys, so only our lock can prevent a double refund
+    import threading
+
+    from django.db import connection
+
+    _, payment, intent = paid_order()
+    monkeypatch.setattr(services, "_enqueue", lambda *args: None)  # no worker runs it first
+    refund = services.refund_by_staff(
+        payment_id=payment.id, amount=Decimal("50"), note="", user=None
+    )
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def submit() -> None:
+        try:
+            barrier.wait(timeout=10)
+            services.refund_submit(refund_id=refund.id)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    # when
+    threads = [threading.Thread(target=submit) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    # then
+    assert not errors
+    assert stripe_refunds(stripe_client, intent["id"]) == [5000]
+    refund.refresh_from_db()
+    assert refund.status == Refund.Status.SUCCEEDED
