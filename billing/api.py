@@ -112,6 +112,8 @@ class OrderPayments(generics.ListAPIView):
     serializer_class = PaymentSerializer
 
     def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Payment.objects.none()
         organization = caller_for_request(self.request).organization
         return Payment.objects.filter(organization=organization, order_id=self.kwargs["pk"])
 

@@ -221,6 +221,9 @@ BILLING_CHECKOUT_CANCEL_URL = os.environ.get(
 )
 # Dotted path to f(order) -> Decimal | None: hours already handed to fleets (set by fleets).
 BILLING_DISPATCHED_HOURS_PROVIDER = os.environ.get("BILLING_DISPATCHED_HOURS_PROVIDER", "")
+SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
+    {"PaymentStatusEnum": "billing.models.Payment.Status"}
+)
 CELERY_BEAT_SCHEDULE = {
     **globals().get("CELERY_BEAT_SCHEDULE", {}),
     "billing-sweep": {"task": "billing.tasks.billing_sweep", "schedule": 300.0},

@@ -130,3 +130,31 @@ def test_a_payment_arriving_after_cancellation_is_refunded(
     assert refund.amount == Decimal("1000.00")
     assert refund.status == Refund.Status.SUCCEEDED
     assert order.status == Order.Status.REFUNDED
+
+
+def test_a_crashing_handler_is_recorded_and_retried_later_not_a_500(
+    stripe_on, webhook_client, monkeypatch, django_capture_on_commit_callbacks
+):
+    # given: a handler with a bug
+    def broken(*, event, obj):
+        raise RuntimeError("handler bug")
+
+    monkeypatch.setitem(services.WEBHOOK_HANDLERS, "charge.dispute.created", broken)
+    body = make_event("charge.dispute.created", {"id": "dp_bug", "charge": "ch_x"})
+    # when
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post_webhook(webhook_client, body)
+    # then: Stripe is told we have it; the event waits, failed, for the sweeper
+    assert response.status_code == 200
+    event = WebhookEvent.objects.get()
+    assert event.status == WebhookEvent.Status.FAILED
+    assert "handler bug" in event.last_error
+    # when: the bug is fixed and the sweeper runs
+    monkeypatch.undo()
+    WebhookEvent.objects.filter(pk=event.pk).update(
+        received_at=timezone.now() - timedelta(minutes=10)
+    )
+    services.billing_sweep()
+    # then
+    event.refresh_from_db()
+    assert event.status == WebhookEvent.Status.UNMATCHED
