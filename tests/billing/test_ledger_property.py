@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from billing import services
 from billing import stripe_gateway as gateway
-from billing.models import LedgerEntry, LedgerTransaction, Payment, Refund
+from billing.models import LedgerEntry, LedgerTransaction, Refund
 from marketplace.errors import Conflict
 from orders.pricing import quantize_money
+from tests.billing.factories import PaymentFactory
 from tests.factories import OrderFactory, OrganizationFactory
 
 pytestmark = pytest.mark.django_db
@@ -50,17 +51,7 @@ def test_ledger_balances_and_refunds_never_exceed_charges(db, totals, paid_first
     orders = [
         OrderFactory(organization=organization, total=Decimal(cents) / 100) for cents in totals
     ]
-    payments = [
-        Payment.objects.create(
-            order=order,
-            organization=organization,
-            method=Payment.Method.PAYMENT_INTENT,
-            amount=order.total,
-            currency=order.currency,
-            stripe_payment_intent_id=f"pi_prop_{order.id.hex}",
-        )
-        for order in orders
-    ]
+    payments = [PaymentFactory(order=order) for order in orders]
     paid = [False] * ORDERS
     reserved = [Decimal("0")] * ORDERS
     refund_count = 0

@@ -8,6 +8,7 @@ from django.urls import reverse
 from billing.models import Payment, StripeCustomer
 from marketplace.models import Membership
 from orders.models import Order
+from tests.billing.factories import PaymentFactory
 from tests.factories import OrderFactory
 
 pytestmark = pytest.mark.django_db
@@ -175,37 +176,14 @@ def test_payment_list_is_scoped_and_query_count_is_constant(
     customer, other_customer, django_assert_max_num_queries
 ):
     # given
-    for _ in range(3):
-        order = OrderFactory(organization=customer.organization)
-        Payment.objects.create(
-            order=order,
-            organization=customer.organization,
-            method=Payment.Method.PAYMENT_INTENT,
-            amount=order.total,
-            currency=order.currency,
-        )
-    foreign = OrderFactory(organization=other_customer.organization)
-    Payment.objects.create(
-        order=foreign,
-        organization=other_customer.organization,
-        method=Payment.Method.PAYMENT_INTENT,
-        amount=foreign.total,
-        currency=foreign.currency,
-    )
+    PaymentFactory.create_batch(3, order__organization=customer.organization)
+    PaymentFactory(order__organization=other_customer.organization)
     url = reverse("payment-list")
     customer.client.get(url)  # warm up (api key lookup caches)
     # when
     with django_assert_max_num_queries(4) as few:
         response = customer.client.get(url)
-    for _ in range(20):
-        order = OrderFactory(organization=customer.organization)
-        Payment.objects.create(
-            order=order,
-            organization=customer.organization,
-            method=Payment.Method.PAYMENT_INTENT,
-            amount=order.total,
-            currency=order.currency,
-        )
+    PaymentFactory.create_batch(20, order__organization=customer.organization)
     with django_assert_max_num_queries(len(few.captured_queries)):
         many = customer.client.get(url)
     # then

@@ -11,8 +11,8 @@ from orders.models import Order, OrderEvent
 from tests.billing.conftest import confirm_card_payment, make_event, post_webhook
 from tests.factories import OrderFactory
 
-THREADS = 8
-DELIVERIES_PER_THREAD = 5
+THREADS = 10
+DELIVERIES_PER_THREAD = 10
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
