@@ -387,3 +387,32 @@ def test_a_dispute_is_flagged_and_booked_once(
     assert LedgerTransaction.objects.filter(kind=LedgerTransaction.Kind.DISPUTE).count() == 1
     assert balances(order=order)[("disputes", "USD")] == Decimal("1000.00")
     assert sum(balances(order=order).values()) == 0
+
+
+def test_the_same_refund_event_100_times_refunds_once(
+    paid_order, stripe_client, webhook_client, django_capture_on_commit_callbacks
+):
+    # given: a refund made in Stripe's dashboard
+    order, payment, intent = paid_order()
+    stripe_client.v1.refunds.create(params={"payment_intent": intent["id"], "amount": 12345})
+    charge = stripe_client.v1.charges.retrieve(payment.stripe_charge_id).to_dict()
+    body = make_event("charge.refunded", charge)
+    # when: redelivered 100 times, and sent again under 5 new event ids
+    statuses = [
+        deliver(webhook_client, body, django_capture_on_commit_callbacks).status_code
+        for _ in range(100)
+    ]
+    for _ in range(5):
+        deliver(
+            webhook_client,
+            make_event("charge.refunded", charge),
+            django_capture_on_commit_callbacks,
+        )
+    # then
+    assert set(statuses) == {200}
+    refund = Refund.objects.get()
+    assert refund.amount == Decimal("123.45")
+    payment.refresh_from_db()
+    assert payment.amount_refunded == Decimal("123.45")
+    assert LedgerTransaction.objects.filter(kind=LedgerTransaction.Kind.REFUND).count() == 1
+    assert sum(balances(order=order).values()) == 0
