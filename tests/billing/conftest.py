@@ -3,6 +3,7 @@
 import hashlib
 import hmac
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -14,6 +15,9 @@ import pytest
 import stripe
 
 from marketplace.celery import app as celery_app
+
+# pytest-django's live_server binds "localhost" unless told: keep it on 127.0.0.1 only.
+os.environ.setdefault("DJANGO_LIVE_TEST_SERVER_ADDRESS", "127.0.0.1")
 
 WEBHOOK_SECRET = "whsec_test_billing"
 API_KEY = "sk_test_billing_0123456789"
