@@ -869,6 +869,10 @@ def _on_charge_refunded(*, event: WebhookEvent, obj: dict) -> str:
     )
     if payment is None:
         return WebhookEvent.Status.UNMATCHED
+    if payment.status == Payment.Status.REVIEW:
+        # The charge itself was never booked (held for staff, already flagged): neither is
+        # its refund, which is how staff usually settle such a payment.
+        return WebhookEvent.Status.PROCESSED
     if payment.status != Payment.Status.SUCCEEDED:
         # The refund overtook the payment's own event: wait for it.
         raise _Deferred(f"payment:{payment.id}")

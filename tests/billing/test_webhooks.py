@@ -197,6 +197,19 @@ def test_another_orders_amount_is_flagged_and_does_not_pay(
     )
     # then
     assert_unpaid(order)
+    # when: staff settle it by refunding in Stripe
+    charge = {
+        "id": intent["latest_charge"]["id"],
+        "object": "charge",
+        "payment_intent": intent["id"],
+        "refunds": {"data": [{"id": "re_settle", "amount": 200000, "currency": "usd"}]},
+    }
+    deliver(
+        webhook_client, make_event("charge.refunded", charge), django_capture_on_commit_callbacks
+    )
+    # then: nothing booked for a charge that was never booked, nothing left waiting
+    assert not Refund.objects.exists()
+    assert not WebhookEvent.objects.filter(status=WebhookEvent.Status.DEFERRED).exists()
 
 
 def test_another_currency_is_flagged_and_does_not_pay(
