@@ -8,11 +8,13 @@ from rest_framework.response import Response
 
 from billing import services
 from billing.models import Payment
+from marketplace.errors import NotFound
 from marketplace.idempotency import idempotent_response
 from marketplace.models import Membership
 from marketplace.permissions import IsCustomer
 from marketplace.tenancy import caller_for_request
 from marketplace.throttling import CallerRateThrottle
+from orders.models import Order
 
 
 class CanPay(BasePermission):
@@ -115,6 +117,8 @@ class OrderPayments(generics.ListAPIView):
         if getattr(self, "swagger_fake_view", False):
             return Payment.objects.none()
         organization = caller_for_request(self.request).organization
+        if not Order.objects.filter(pk=self.kwargs["pk"], organization=organization).exists():
+            raise NotFound("Order not found.")  # another organization's order: 404, not []
         return Payment.objects.filter(organization=organization, order_id=self.kwargs["pk"])
 
     def post(self, request, pk):

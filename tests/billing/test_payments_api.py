@@ -73,7 +73,7 @@ def test_a_foreign_order_is_not_found(customer, other_customer, stripe_on):
     # then
     assert response.status_code == 404
     assert response.json()["code"] == "not_found"
-    assert listing.json()["results"] == []
+    assert listing.status_code == 404
     assert Payment.objects.count() == 0
 
 
@@ -191,3 +191,16 @@ def test_payment_list_is_scoped_and_query_count_is_constant(
     assert len(response.json()["results"]) == 3
     assert len(many.json()["results"]) == 23
     assert "client_secret" not in response.json()["results"][0]
+
+
+def test_an_orders_payments_are_listed_without_secrets(customer):
+    # given
+    payment = PaymentFactory(order__organization=customer.organization)
+    PaymentFactory(order__organization=customer.organization)  # another order
+    # when
+    response = customer.client.get(pay_url(payment.order))
+    # then
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert [row["id"] for row in results] == [str(payment.id)]
+    assert "client_secret" not in results[0]
