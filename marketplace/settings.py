@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "marketplace",
     "orders",
     "datasets",
+    "billing",
 ]
 
 MIDDLEWARE = [
@@ -180,6 +181,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULE: dict[str, dict] = {}  # each app's block below adds its periodic tasks
 
 # --- Business knobs ----------------------------------------------------------------------------
 ORDER_MIN_HOURS = os.environ.get("ORDER_MIN_HOURS", "1")
@@ -229,3 +231,25 @@ S3_REGION = os.environ.get("S3_REGION", "us-east-1")
 AWS_ACCESS_KEY_ID = os.environ.get("AWS_ACCESS_KEY_ID", "local-key")
 AWS_SECRET_ACCESS_KEY = os.environ.get("AWS_SECRET_ACCESS_KEY", "local-secret")
 S3_UPLOAD_URL_EXPIRY_SECONDS = int(os.environ.get("S3_UPLOAD_URL_EXPIRY_SECONDS", "3600"))
+
+# --- Billing (Stripe) -------------------------------------------------------------------------
+# No STRIPE_API_KEY: online payment is off and staff mark orders paid (admin action).
+STRIPE_API_KEY = os.environ.get("STRIPE_API_KEY", "")
+STRIPE_WEBHOOK_SECRET = os.environ.get("STRIPE_WEBHOOK_SECRET", "")
+STRIPE_API_BASE = os.environ.get("STRIPE_API_BASE") or None  # None: the real Stripe API
+STRIPE_MAX_NETWORK_RETRIES = int(os.environ.get("STRIPE_MAX_NETWORK_RETRIES", "2"))
+STRIPE_TIMEOUT_SECONDS = float(os.environ.get("STRIPE_TIMEOUT_SECONDS", "20"))
+STRIPE_WEBHOOK_TOLERANCE_SECONDS = int(os.environ.get("STRIPE_WEBHOOK_TOLERANCE_SECONDS", "300"))
+BILLING_SITE_URL = os.environ.get("BILLING_SITE_URL", "http://127.0.0.1:8000").rstrip("/")
+BILLING_CHECKOUT_SUCCESS_URL = os.environ.get(
+    "BILLING_CHECKOUT_SUCCESS_URL", BILLING_SITE_URL + "/orders/{order_id}?payment=success"
+)
+BILLING_CHECKOUT_CANCEL_URL = os.environ.get(
+    "BILLING_CHECKOUT_CANCEL_URL", BILLING_SITE_URL + "/orders/{order_id}?payment=cancelled"
+)
+# Dotted path to f(order) -> Decimal | None: hours already handed to fleets (set by fleets).
+BILLING_DISPATCHED_HOURS_PROVIDER = os.environ.get("BILLING_DISPATCHED_HOURS_PROVIDER", "")
+SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
+    {"PaymentStatusEnum": "billing.models.Payment.Status"}
+)
+CELERY_BEAT_SCHEDULE["billing-sweep"] = {"task": "billing.tasks.billing_sweep", "schedule": 300.0}

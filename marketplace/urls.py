@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from billing import views as billing_views
 from marketplace import api as accounts_api
 from marketplace import health, views
 from marketplace.exception_handler import handler_404_api, handler_500_api
@@ -12,6 +13,7 @@ api_v1 = [
     path("api-keys", accounts_api.ApiKeyListCreate.as_view(), name="api-key-list"),
     path("api-keys/<uuid:pk>/revoke", accounts_api.ApiKeyRevoke.as_view(), name="api-key-revoke"),
     path("", include("orders.urls")),
+    path("", include("billing.urls")),
 ]
 
 urlpatterns = [
@@ -21,6 +23,7 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("billing/stripe/webhook/", billing_views.stripe_webhook, name="stripe-webhook"),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

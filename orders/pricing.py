@@ -6,6 +6,8 @@
             + rush surcharge (percent of the hourly subtotal)
             - volume discount (percent of the hourly subtotal, by hours tier)
 
+The hourly subtotal is the sum of the base and sensor lines as rounded.
+
 Each line is rounded half-up to the currency's minor unit; the total is the sum of the
 lines, so what the customer sees always adds up.
 """
@@ -139,10 +141,8 @@ def price_dataset(request: PriceRequest, terms: RateCardTerms) -> Price:
             amount=money(hours * hourly_rate),
         )
     )
-    hourly_subtotal = hours * hourly_rate
     for sensor in sorted(set(request.sensors)):
         rate = terms.sensor_rates[sensor]
-        hourly_subtotal += hours * rate
         lines.append(
             LineItem(
                 code=f"sensor:{sensor}",
@@ -152,6 +152,9 @@ def price_dataset(request: PriceRequest, terms: RateCardTerms) -> Price:
                 amount=money(hours * rate),
             )
         )
+    # Percentages apply to the hourly lines as shown (rounded), which keeps the total
+    # monotone in hours and lets the customer check every line by hand.
+    hourly_subtotal = sum((line.amount for line in lines), Decimal(0))
     extra_environments = max(0, request.environments - terms.included_environments)
     if extra_environments:
         fee = terms.extra_environment_fee
@@ -180,16 +183,8 @@ def price_dataset(request: PriceRequest, terms: RateCardTerms) -> Price:
         )
     discount = terms.discount_percent_for(hours)
     if discount:
-        # Never more than the hourly lines as rounded, so the total cannot go below zero.
-        hourly_lines = sum(
-            (
-                line.amount
-                for line in lines
-                if line.code == "base" or line.code.startswith("sensor:")
-            ),
-            Decimal(0),
-        )
-        discount_amount = min(money(hourly_subtotal * discount / HUNDRED), hourly_lines)
+        # percent < 100, so the discount never exceeds the hourly lines: the total stays >= 0.
+        discount_amount = money(hourly_subtotal * discount / HUNDRED)
         lines.append(
             LineItem(
                 code="volume_discount",

@@ -112,6 +112,7 @@ def test_hourly_price_scales_linearly_with_hours(case, factor):
         assert one_lines["extra_environments"].amount == many_lines["extra_environments"].amount
 
 
+@settings(max_examples=500)
 @given(priced())
 def test_more_hours_never_cost_less_without_a_tier_change(case):
     terms, request = case

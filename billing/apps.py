@@ -1,0 +1,11 @@
+from django.apps import AppConfig
+
+
+class BillingConfig(AppConfig):
+    name = "billing"
+    verbose_name = "Billing"
+
+    def ready(self) -> None:
+        from billing import receivers
+
+        receivers.connect()
