@@ -15,6 +15,7 @@ class AccessibleFormMixin:
     """
 
     def __init__(self, *args, **kwargs):
+        kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
         for name, field in self.fields.items():
             bound = self[name]
