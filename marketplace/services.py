@@ -5,7 +5,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -108,8 +108,15 @@ def customer_signup(
         fields["organization_name"] = ["Name your organization."]
     if fields:
         raise ServiceError("Could not create the account.", code="signup_refused", fields=fields)
-    with transaction.atomic():
-        user = User.objects.create_user(username=username, email=email, password=password)
-        return organization_create(
-            name=organization_name.strip(), kind=Organization.Kind.CUSTOMER, owner=user
-        )
+    try:
+        with transaction.atomic():
+            user = User.objects.create_user(username=username, email=email, password=password)
+            return organization_create(
+                name=organization_name.strip(), kind=Organization.Kind.CUSTOMER, owner=user
+            )
+    except IntegrityError as exc:  # the same name registered at the same moment
+        raise ServiceError(
+            "Could not create the account.",
+            code="signup_refused",
+            fields={"username": ["This username or email was just taken."]},
+        ) from exc

@@ -103,6 +103,8 @@ def test_customer_signs_up_prices_orders_and_follows_the_order(live_server, new_
     page.goto(base + "/")
     expect(page.get_by_role("heading", level=1)).to_have_text("Real-robot training data, to order")
     shot(page, "01-home")
+    page.keyboard.press("Tab")  # keyboard users can skip the navigation
+    expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
     page.goto(base + "/catalog/")
     expect(page.get_by_role("heading", name="The complexity rubric")).to_be_visible()
     shot(page, "02-catalog")
@@ -160,6 +162,9 @@ def test_customer_signs_up_prices_orders_and_follows_the_order(live_server, new_
     ).to_have_attribute("aria-valuenow", "0")
     expect(page.locator("#coverage-chart rect")).to_have_count(4)
     shot(page, "08-order-awaiting-payment")
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone: one column
+    shot(page, "08b-order-on-a-phone")
+    page.set_viewport_size({"width": 1280, "height": 900})
     order = Order.objects.get(organization__name="Grasp Lab")
     assert page.url.endswith(f"/orders/{order.pk}/")
     assert order.success_criterion == "Peg fully seated"

@@ -361,3 +361,15 @@ def test_api_key_pages_need_the_csrf_token(customer):
     assert client.post(reverse("api-keys"), {"name": "x", "role": "member"}).status_code == 403
     revoke = reverse("api-key-revoke-page", kwargs={"pk": customer.api_key.pk})
     assert client.post(revoke).status_code == 403
+
+
+def test_order_list_queries_do_not_grow_with_the_orders(
+    customer, customer_client, django_assert_max_num_queries
+):
+    _order(customer)
+    with django_assert_max_num_queries(12) as one:
+        customer_client.get(reverse("order-list-page"))
+    for _ in range(5):
+        _order(customer)
+    with django_assert_max_num_queries(len(one.captured_queries)):
+        customer_client.get(reverse("order-list-page"))
