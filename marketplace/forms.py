@@ -89,5 +89,8 @@ class ApiKeyCreateForm(AccessibleFormMixin, forms.Form):
         label="Role",
         choices=Membership.Role.choices,
         initial=Membership.Role.MEMBER,
-        help_text="Member keys place and read orders; billing keys only read.",
+        help_text=(
+            "Member keys place and read orders; billing keys only read; "
+            "owner keys may also manage keys."
+        ),
     )

@@ -62,6 +62,15 @@ def test_signup_creates_a_customer_organization_owned_by_the_new_user(client):
     assert client.get(reverse("order-list-page")).status_code == 200  # logged in
 
 
+def test_signup_returns_to_a_local_next_page_only(client):
+    next_url = reverse("order-new") + "?task_type=bin-picking&hours=12"
+    response = client.post(reverse("signup") + "?next=x", {**SIGNUP, "next": next_url})
+    assert response.url == next_url
+    client.logout()
+    other = {**SIGNUP, "username": "bob", "email": "bob@example.com", "next": "https://evil.test/"}
+    assert client.post(reverse("signup"), other).url == reverse("order-list-page")
+
+
 def test_signup_errors_are_shown_next_to_their_fields(client):
     UserFactory(username="taken", email="taken@example.com")
     # when
