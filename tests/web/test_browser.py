@@ -17,6 +17,7 @@ from orders.services import order_mark_paid
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 expect = playwright_sync.expect
+expect.set_options(timeout=10_000)  # two shared cores: give the live price a moment
 
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
@@ -83,9 +84,21 @@ def shot(page, name: str) -> None:
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
+def assert_every_control_is_labelled(page) -> None:
+    """Every visible form control has an accessible name (a <label>, or aria-label)."""
+    unlabelled = page.evaluate(
+        """() => [...document.querySelectorAll('input, select, textarea')]
+            .filter(el => el.type !== 'hidden')
+            .filter(el => !(el.labels && el.labels.length) && !el.getAttribute('aria-label'))
+            .map(el => el.name || el.id)"""
+    )
+    assert unlabelled == []
+
+
 def sign_up(page, base_url: str, username: str, organization: str) -> None:
     page.goto(base_url + "/")
     page.get_by_role("link", name="Sign up").click()
+    assert_every_control_is_labelled(page)
     page.get_by_label("Organization").fill(organization)
     page.get_by_label("Username").fill(username)
     page.get_by_label("Email").fill(f"{username}@example.com")
@@ -128,6 +141,7 @@ def test_customer_signs_up_prices_orders_and_follows_the_order(live_server, new_
     expect(page.locator("#quote-lines tbody tr").first).to_be_visible()
     expect(page.locator("#quote-lines")).to_contain_text("force-torque")
     priced_total = total.inner_text()
+    assert_every_control_is_labelled(page)
     shot(page, "04-price-calculator")
 
     # A specification that cannot be priced: the error shows next to its field
@@ -149,6 +163,7 @@ def test_customer_signs_up_prices_orders_and_follows_the_order(live_server, new_
     quoted = page.locator("tfoot .quote-total").inner_text()
     assert quoted.replace(" USD", "") == priced_total.replace("$", "").replace(",", "")
     page.get_by_label("Success criterion").fill("Peg fully seated")
+    assert_every_control_is_labelled(page)
     shot(page, "07-wizard-quote")
     page.get_by_role("button", name="Place order").click()
 
@@ -187,6 +202,7 @@ def test_customer_signs_up_prices_orders_and_follows_the_order(live_server, new_
     page.get_by_role("button", name="Create key").click()
     secret = page.locator("#new-key-value")
     expect(secret).to_have_value(re.compile(r"^mk_[0-9a-f]{10}_"))
+    assert_every_control_is_labelled(page)
     shot(page, "11-api-keys")
     raw_key = secret.input_value()
     page.reload()
