@@ -382,3 +382,32 @@ def test_order_list_queries_do_not_grow_with_the_orders(
         _order(customer)
     with django_assert_max_num_queries(len(one.captured_queries)):
         customer_client.get(reverse("order-list-page"))
+
+
+# --- Public pages ------------------------------------------------------------------------------
+
+
+def test_catalog_explains_the_rubric_with_multipliers(client):
+    html = client.get(reverse("catalog")).content.decode()
+    assert "The complexity rubric" in html
+    assert "L4 Contact-rich" in html
+    assert "\u00d7 2.2" in html  # the in-force rate card's L4 multiplier
+    assert "Peg-in-hole insertion" in html
+
+
+def test_price_calculator_is_wired_to_the_quotes_api(client):
+    html = client.get(reverse("pricing")).content.decode()
+    assert 'data-quote-url="/api/v1/quotes"' in html
+    assert '<meta name="csrf-token" content="' in html
+    assert 'id="quote-panel"' in html and "Enter a specification to see its price." in html
+    assert (
+        'name="csrfmiddlewaretoken"' not in html.split('id="dataset-form"')[1].split("</form>")[0]
+    )
+
+
+def test_public_pages_say_when_no_rate_card_is_in_force(client):
+    from orders.models import RateCard
+
+    RateCard.objects.all().delete()
+    for name in ("catalog", "pricing"):
+        assert "No rate card is in force" in client.get(reverse(name)).content.decode()
