@@ -4,7 +4,6 @@ import pytest
 from django.test import Client
 
 from marketplace.models import Membership, Organization
-from tests.factories import OrderFactory
 
 
 def logged_in(tenant) -> Client:
@@ -36,8 +35,3 @@ def member_client(make_tenant) -> Client:
 @pytest.fixture
 def billing_tenant(make_tenant):
     return make_tenant(Organization.Kind.CUSTOMER, Membership.Role.BILLING)
-
-
-@pytest.fixture
-def order(customer):
-    return OrderFactory(organization=customer.organization, created_by=customer.user)
