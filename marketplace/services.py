@@ -5,7 +5,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -87,3 +87,36 @@ def api_key_touch(*, api_key: ApiKey, min_interval_seconds: int = 60) -> None:
     stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=cutoff)
     if ApiKey.objects.filter(stale, pk=api_key.pk).update(last_used_at=now):
         api_key.last_used_at = now
+
+
+def customer_signup(
+    *, username: str, email: str, password: str, organization_name: str
+) -> Organization:
+    """A new person and their customer organization, with the person as its owner.
+
+    Password strength is the form's job (Django's validators); uniqueness is checked here so
+    every caller gets the same field errors.
+    """
+    username = username.strip()
+    email = User.objects.normalize_email(email.strip())
+    fields: dict[str, list[str]] = {}
+    if User.objects.filter(username__iexact=username).exists():
+        fields["username"] = ["This username is taken."]
+    if User.objects.filter(email__iexact=email).exists():
+        fields["email"] = ["An account with this email already exists."]
+    if not organization_name.strip():
+        fields["organization_name"] = ["Name your organization."]
+    if fields:
+        raise ServiceError("Could not create the account.", code="signup_refused", fields=fields)
+    try:
+        with transaction.atomic():
+            user = User.objects.create_user(username=username, email=email, password=password)
+            return organization_create(
+                name=organization_name.strip(), kind=Organization.Kind.CUSTOMER, owner=user
+            )
+    except IntegrityError as exc:  # the same name registered at the same moment
+        raise ServiceError(
+            "Could not create the account.",
+            code="signup_refused",
+            fields={"username": ["This username or email was just taken."]},
+        ) from exc

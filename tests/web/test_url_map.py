@@ -1,0 +1,143 @@
+"""Every portal page, for every kind of visitor: 200 for the right user, 302 to the login page
+for anonymous visitors, 404 for another organization's objects, 403 for the wrong kind of
+organization. A guard test keeps this table in step with the URL map."""
+
+from decimal import Decimal
+from urllib.parse import urlsplit
+
+import pytest
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+
+from marketplace.services import api_key_create
+from orders import services
+from orders.services import DatasetRequest
+
+pytestmark = pytest.mark.django_db
+
+PUBLIC = ["home", "catalog", "pricing", "signup", "login"]
+# name -> which object its URL needs
+CUSTOMER_PAGES = {
+    "order-list-page": None,
+    "order-new": None,
+    "order-new-quote": "quote",
+    "order-detail-page": "order",
+}
+OWNER_PAGES = {"api-keys": None}
+POST_ONLY = {"order-cancel-page": "order", "api-key-revoke-page": "api_key"}
+# logout is a POST action; probes and the Stripe webhook have their own tests; others not ours
+NOT_PAGES = {"logout", "admin", "schema", "api-docs", "healthz", "readyz", "stripe-webhook"}
+
+
+def _all_names(resolver=None, prefix=""):
+    resolver = resolver or get_resolver()
+    for entry in resolver.url_patterns:
+        if isinstance(entry, URLResolver):
+            route = prefix + str(entry.pattern)
+            if route.startswith(("api/", "admin/")):
+                continue
+            yield from _all_names(entry, route)
+        elif isinstance(entry, URLPattern) and entry.name:
+            yield entry.name
+
+
+def test_the_table_covers_every_portal_url():
+    covered = set(PUBLIC) | set(CUSTOMER_PAGES) | set(OWNER_PAGES) | set(POST_ONLY) | NOT_PAGES
+    assert set(_all_names()) - covered == set()
+
+
+@pytest.fixture
+def objects(customer):
+    quote = services.quote_create(
+        organization=customer.organization,
+        request=DatasetRequest(task_type="bin-picking", embodiment="ur5e", hours=Decimal("10")),
+    )
+    order = services.order_create(
+        caller=_caller(customer),
+        request=DatasetRequest(task_type="bin-picking", embodiment="ur5e", hours=Decimal("10")),
+        details=services.OrderDetails(),
+    )
+    key = api_key_create(organization=customer.organization, name="ci").api_key
+    return {"quote": quote.pk, "order": order.pk, "api_key": key.pk}
+
+
+def _caller(tenant):
+    from marketplace.tenancy import Caller
+
+    return Caller(organization=tenant.organization, role="owner", user=tenant.user)
+
+
+def _url(name, needs, objects):
+    if needs is None:
+        return reverse(name)
+    kwarg = "quote_id" if needs == "quote" else "pk"
+    return reverse(name, kwargs={kwarg: objects[needs]})
+
+
+@pytest.mark.parametrize("name", PUBLIC)
+def test_public_pages_open_to_everyone(name, client, customer_client):
+    assert client.get(reverse(name)).status_code == 200
+    response = customer_client.get(reverse(name))
+    # signed-in visitors are sent on from the sign-up page; the rest render
+    assert response.status_code == (302 if name == "signup" else 200)
+
+
+@pytest.mark.parametrize(("name", "needs"), [*CUSTOMER_PAGES.items(), *OWNER_PAGES.items()])
+def test_anonymous_visitors_are_sent_to_login(name, needs, objects, client):
+    url = _url(name, needs, objects)
+    response = client.get(url)
+    assert response.status_code == 302
+    target = urlsplit(response.url)
+    assert target.path == reverse("login")
+    assert url in response.url  # ?next=... brings them back
+
+
+@pytest.mark.parametrize(("name", "needs"), [*CUSTOMER_PAGES.items(), *OWNER_PAGES.items()])
+def test_pages_open_for_their_owner(name, needs, objects, customer_client):
+    assert customer_client.get(_url(name, needs, objects)).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("name", "needs"), [(n, o) for n, o in CUSTOMER_PAGES.items() if o is not None]
+)
+def test_another_organizations_objects_do_not_exist(name, needs, objects, other_client):
+    assert other_client.get(_url(name, needs, objects)).status_code == 404
+
+
+@pytest.mark.parametrize(("name", "needs"), list(POST_ONLY.items()))
+def test_actions_on_another_organizations_objects_are_404(name, needs, objects, other_client):
+    assert other_client.post(_url(name, needs, objects)).status_code == 404
+
+
+@pytest.mark.parametrize(("name", "needs"), list(POST_ONLY.items()))
+def test_actions_are_post_only_and_need_login(name, needs, objects, client, customer_client):
+    url = _url(name, needs, objects)
+    assert customer_client.get(url).status_code == 405
+    response = client.post(url)
+    assert response.status_code == 302
+    assert urlsplit(response.url).path == reverse("login")
+
+
+@pytest.mark.parametrize(("name", "needs"), list(CUSTOMER_PAGES.items()))
+def test_fleet_operators_are_refused_customer_pages(name, needs, objects, fleet_client):
+    response = fleet_client.get(_url(name, needs, objects))
+    assert response.status_code == 403
+    assert b"for customer organizations" in response.content
+
+
+def test_api_keys_page_is_for_owners_only(member_client):
+    response = member_client.get(reverse("api-keys"))
+    assert response.status_code == 403
+
+
+def test_billing_members_read_orders_but_cannot_order(billing_tenant):
+    client = Client()
+    client.force_login(billing_tenant.user)
+    assert client.get(reverse("order-list-page")).status_code == 200
+    assert client.get(reverse("order-new")).status_code == 403
+
+
+def test_unknown_pages_get_the_designed_404(client):
+    response = client.get("/no-such-page/")
+    assert response.status_code == 404
+    assert b"Page not found" in response.content
