@@ -230,6 +230,31 @@ class QuoteCreate(APIView):
         return Response(QuoteSerializer(quote).data, status=status.HTTP_201_CREATED)
 
 
+class PricePreviewSerializer(PricedSpecSerializer):
+    class Meta:
+        model = Quote
+        fields = [f for f in PricedSpecSerializer.SPEC_FIELDS if f != "id"]
+        read_only_fields = fields
+
+
+@extend_schema_view(
+    post=extend_schema(
+        request=DatasetRequestSerializer,
+        responses={200: PricePreviewSerializer},
+        summary="Preview a price without storing a quote (live calculators)",
+    )
+)
+class QuotePreview(APIView):
+    permission_classes = [AllowAny]
+    throttle_classes = [AnonRateThrottle, CallerRateThrottle]
+
+    def post(self, request):
+        serializer = DatasetRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        preview = services.quote_preview(request=serializer.to_request())
+        return Response(PricePreviewSerializer(preview).data)
+
+
 class QuoteDetail(generics.RetrieveAPIView):
     permission_classes = [AllowAny]
     throttle_classes = [AnonRateThrottle, CallerRateThrottle]

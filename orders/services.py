@@ -159,16 +159,27 @@ def _spec_fields(
     }
 
 
-def quote_create(*, organization, request: DatasetRequest) -> Quote:
-    """Price a request with the rate card in force and store it until it expires."""
+def _priced_quote(*, organization, request: DatasetRequest) -> Quote:
     resolved = _resolve(request)
     rate_card = _require_rate_card()
     price = _price(request, resolved, rate_card)
-    return Quote.objects.create(
+    return Quote(
         organization=organization,
         expires_at=timezone.now() + timedelta(hours=rate_card.quote_validity_hours),
         **_spec_fields(request, resolved, rate_card, price),
     )
+
+
+def quote_create(*, organization, request: DatasetRequest) -> Quote:
+    """Price a request with the rate card in force and store it until it expires."""
+    quote = _priced_quote(organization=organization, request=request)
+    quote.save(force_insert=True)
+    return quote
+
+
+def quote_preview(*, request: DatasetRequest) -> Quote:
+    """The same price as quote_create, stored nowhere (the live price calculator)."""
+    return _priced_quote(organization=None, request=request)
 
 
 def _validate_details(

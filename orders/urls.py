@@ -11,6 +11,7 @@ urlpatterns = [
     path("catalog/sensors", api.SensorAddonList.as_view(), name="sensor-list"),
     path("catalog/rate-card", api.CurrentRateCard.as_view(), name="rate-card-current"),
     path("quotes", api.QuoteCreate.as_view(), name="quote-create"),
+    path("quotes/preview", api.QuotePreview.as_view(), name="quote-preview"),
     path("quotes/<uuid:pk>", api.QuoteDetail.as_view(), name="quote-detail"),
     path("orders", api.OrderListCreate.as_view(), name="order-list"),
     path("orders/<uuid:pk>", api.OrderDetail.as_view(), name="order-detail"),

@@ -1,5 +1,7 @@
 """Shared fixtures: organizations of each kind, API clients authenticated by key, local S3."""
 
+import importlib
+
 import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
@@ -8,6 +10,29 @@ from local_s3 import launcher as local_s3
 from marketplace import services
 from marketplace.models import Membership, Organization
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
+
+
+def _is_transactional(request) -> bool:
+    marker = request.node.get_closest_marker("django_db")
+    return bool(
+        (marker and marker.kwargs.get("transaction"))
+        or {"transactional_db", "live_server"} & set(request.fixturenames)
+    )
+
+
+@pytest.fixture(autouse=True)
+def _seeded_catalog(request):
+    """Transactional tests empty every table when they end, seeded catalog included; put the
+    catalog and rate card v1 back for the next one, as the data migration seeds them.
+    (serialized_rollback would too, but clashes with the content types a plain flush makes.)"""
+    if _is_transactional(request):
+        request.getfixturevalue("transactional_db")
+        from django.apps import apps as django_apps
+
+        from orders.models import RateCard
+
+        if not RateCard.objects.exists():
+            importlib.import_module("orders.migrations.0002_seed_catalog").seed(django_apps, None)
 
 
 @pytest.fixture(autouse=True)

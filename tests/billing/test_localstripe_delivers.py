@@ -38,7 +38,7 @@ def localstripe_posts_to_us(live_server, localstripe_url):
     configure_hook(localstripe_url, f"{live_server.url}/billing/stripe/webhook/", ["none.ever"])
 
 
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(60)
 def test_an_event_signed_and_sent_by_localstripe_pays_the_order(
     customer, start_payment, stripe_client, localstripe_posts_to_us

@@ -252,7 +252,7 @@ def test_cancelling_an_unpaid_order_closes_its_open_payment(
     assert Refund.objects.count() == 0
 
 
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(60)
 def test_a_refund_submitted_by_two_workers_at_once_reaches_stripe_once(
     paid_order, stripe_client, monkeypatch

@@ -15,7 +15,7 @@ THREADS = 10
 DELIVERIES_PER_THREAD = 10
 
 
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(120)
 def test_concurrent_duplicates_pay_once(customer, start_payment, stripe_client):
     # given

@@ -317,8 +317,7 @@ def test_idempotency_keys_are_per_organization(customer, other_customer):
     assert Order.objects.filter(organization=other_customer.organization).count() == 1
 
 
-# serialized_rollback: an earlier transactional test may have flushed the seeded catalog.
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="needs a server database")
 def test_concurrent_posts_with_one_idempotency_key_create_one_order(make_tenant):
     # given: 8 clients on 8 database connections, released at once

@@ -160,3 +160,17 @@ def test_a_rate_card_not_yet_in_force_is_not_used(anon_client):
         version=9, effective_from=timezone.now() + timedelta(days=1), currency="EUR"
     )
     assert anon_client.post("/api/v1/quotes", SPEC, format="json").json()["rate_card_version"] == 1
+
+
+def test_a_price_preview_matches_a_quote_and_stores_nothing(anon_client):
+    preview = anon_client.post("/api/v1/quotes/preview", SPEC, format="json")
+    assert preview.status_code == 200
+    assert Quote.objects.count() == 0
+    quote = anon_client.post("/api/v1/quotes", SPEC, format="json").json()
+    assert preview.json()["total"] == quote["total"] and preview.json()["lines"] == quote["lines"]
+    assert "id" not in preview.json()
+
+
+def test_a_price_preview_refuses_bad_input_like_quotes(anon_client):
+    response = anon_client.post("/api/v1/quotes/preview", {**SPEC, "hours": "-1"}, format="json")
+    assert response.status_code == 400 and "hours" in response.json()["fields"]

@@ -3,16 +3,14 @@ live test server. A customer signs up, prices a dataset (the total updates as th
 places an order through the wizard and follows it; a second customer cannot see it.
 Screenshots of each main page go to test-artifacts/screenshots/."""
 
-import importlib
 import os
 import re
 import shutil
 from pathlib import Path
 
 import pytest
-from django.apps import apps as django_apps
 
-from orders.models import Order, RateCard
+from orders.models import Order
 from orders.services import order_mark_paid
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
@@ -28,19 +26,6 @@ pytestmark = [
     # live_server runs in another thread: data must be committed to be seen there.
     pytest.mark.django_db(transaction=True),
 ]
-
-
-@pytest.fixture(autouse=True)
-def seeded_catalog(transactional_db):
-    """The catalog and rate card v1 as the data migration seeds them.
-
-    Transactional tests empty every table when they end, so a transactional test that ran
-    earlier may have removed the seeded rows; put them back. (serialized_rollback would do
-    this too, but clashes with the content types a non-serialized flush re-creates.)
-    """
-    if not RateCard.objects.exists():
-        seed_migration = importlib.import_module("orders.migrations.0002_seed_catalog")
-        seed_migration.seed(django_apps, None)
 
 
 @pytest.fixture(scope="module")

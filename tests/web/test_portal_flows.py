@@ -395,9 +395,9 @@ def test_catalog_explains_the_rubric_with_multipliers(client):
     assert "Peg-in-hole insertion" in html
 
 
-def test_price_calculator_is_wired_to_the_quotes_api(client):
+def test_price_calculator_is_wired_to_the_price_preview_api(client):
     html = client.get(reverse("pricing")).content.decode()
-    assert 'data-quote-url="/api/v1/quotes"' in html
+    assert 'data-quote-url="/api/v1/quotes/preview"' in html
     assert '<meta name="csrf-token" content="' in html
     assert 'id="quote-panel"' in html and "Enter a specification to see its price." in html
     assert (
