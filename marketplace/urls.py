@@ -12,6 +12,7 @@ api_v1 = [
     path("api-keys", accounts_api.ApiKeyListCreate.as_view(), name="api-key-list"),
     path("api-keys/<uuid:pk>/revoke", accounts_api.ApiKeyRevoke.as_view(), name="api-key-revoke"),
     path("", include("orders.urls")),
+    path("fleet/", include("fleets.urls")),
 ]
 
 urlpatterns = [

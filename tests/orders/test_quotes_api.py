@@ -24,7 +24,10 @@ def test_anonymous_quote_is_itemized_priced_and_stored(anon_client):
     assert body["complexity"] == 4  # the task type's default
     assert body["rate_card_version"] == 1
     assert [line["code"] for line in body["lines"]] == [
-        "base", "sensor:wrist-camera", "extra_environments", "volume_discount",
+        "base",
+        "sensor:wrist-camera",
+        "extra_environments",
+        "volume_discount",
     ]
     # 120 h x 180 x 2.2 = 47520; sensor 1200; 3 extra envs x 150 = 450; 5% of 48720 = 2436
     assert Decimal(body["total"]) == Decimal("47520") + 1200 + 450 - 2436
