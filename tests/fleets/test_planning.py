@@ -49,9 +49,11 @@ def test_paid_signal_only_enqueues_the_plan_task(customer, django_capture_on_com
     # given an order awaiting payment
     order = OrderFactory(organization=customer.organization)
     # when payment is confirmed
-    with mock.patch("fleets.tasks.order_plan.delay") as delay:
-        with django_capture_on_commit_callbacks(execute=True):
-            order_mark_paid(order_id=order.id)
+    with (
+        mock.patch("fleets.tasks.order_plan.delay") as delay,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        order_mark_paid(order_id=order.id)
     # then the receiver enqueued planning with the order id, and planned nothing itself
     delay.assert_called_once_with(str(order.id))
     assert not Job.objects.exists()
