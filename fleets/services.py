@@ -488,7 +488,10 @@ def order_plan(*, order_id) -> list:
                 reason="Jobs planned and dispatched.",
             )
         open_ids = [
-            str(pk) for pk in order.jobs.filter(status=Job.Status.OPEN).values_list("pk", flat=True)
+            str(pk)
+            for pk in order.jobs.filter(status=Job.Status.OPEN)
+            .order_by("sequence")
+            .values_list("pk", flat=True)
         ]
         for job_id in open_ids:
             _enqueue("job_dispatch", job_id)
