@@ -313,6 +313,7 @@ def test_sigkill_mid_dispatch_every_job_assigned_exactly_once(make_worker, make_
         ).count() + (8 * 3 - Job.objects.filter(order__in=orders).count())
         worker.kill()
         kills_with_work_pending += unfinished > 0
+        print(f"killed worker with {unfinished} unfinished jobs")
         accept_pending()
 
     # and finally restarted and left to finish, the fleets accepting offers as they come
