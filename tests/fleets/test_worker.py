@@ -6,6 +6,7 @@ subprocess pointed at pytest's test database; tests use transaction=True so thei
 committed and visible to it. Every wait is bounded; workers are always killed at teardown.
 """
 
+import contextlib
 import os
 import random
 import signal
@@ -43,7 +44,12 @@ RABBIT = ("127.0.0.1", 5672)
 
 
 def _rabbitmqctl(*args: str) -> None:
-    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
+    subprocess.run(  # noqa: S603
+        ["rabbitmqctl", "-q", *args],  # noqa: S607 (the system's RabbitMQ tools)
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -66,10 +72,8 @@ def publish_to(broker_url):
 
     def reset_pools():
         app._pool = None
-        try:
+        with contextlib.suppress(AttributeError):
             app.amqp._producer_pool = None
-        except AttributeError:
-            pass
 
     app.conf.broker_url = broker_url
     app.conf.task_always_eager = False
@@ -216,9 +220,7 @@ class FlakyReceiver:
 def test_paid_order_is_planned_offered_accepted_and_assigned(make_worker, make_tenant):
     # given three fleet operators with one equipped site each; one has a flaky webhook endpoint
     operators = [make_tenant(Organization.Kind.FLEET_OPERATOR) for _ in range(3)]
-    sites = [
-        equipped_site(fleet=FleetFactory(organization=op.organization)) for op in operators
-    ]
+    sites = [equipped_site(fleet=FleetFactory(organization=op.organization)) for op in operators]
     receiver = FlakyReceiver()
     try:
         hooked = sites[0].fleet
@@ -226,9 +228,7 @@ def test_paid_order_is_planned_offered_accepted_and_assigned(make_worker, make_t
         hooked.webhook_url = receiver.url
         hooked.save()
         customer = make_tenant(Organization.Kind.CUSTOMER)
-        order = OrderFactory(
-            organization=customer.organization, hours=Decimal("4"), environments=2
-        )
+        order = OrderFactory(organization=customer.organization, hours=Decimal("4"), environments=2)
         worker = make_worker(FLEETS_WEBHOOK_BACKOFF_SECONDS=0.2)
         worker.start()
 
@@ -237,9 +237,11 @@ def test_paid_order_is_planned_offered_accepted_and_assigned(make_worker, make_t
 
         # then the worker plans the jobs and offers each to a fleet, on distinct sites
         offers = wait_for(
-            lambda: list(Offer.objects.filter(job__order=order, status=Offer.Status.PENDING))
-            if Offer.objects.filter(job__order=order, status=Offer.Status.PENDING).count() == 2
-            else None,
+            lambda: (
+                list(Offer.objects.filter(job__order=order, status=Offer.Status.PENDING))
+                if Offer.objects.filter(job__order=order, status=Offer.Status.PENDING).count() == 2
+                else None
+            ),
             timeout=60,
             what="two pending offers",
         )
