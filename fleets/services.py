@@ -573,7 +573,7 @@ def job_dispatch(*, job_id) -> DispatchResult:
                 return DispatchResult("assigned_bid")
 
         for candidate in candidates:
-            fleet = Fleet.objects.select_for_update().get(pk=candidate.fleet.pk)
+            fleet = Fleet.objects.select_for_update().get(pk=candidate.fleet_id)
             if fleet.status != Fleet.Status.ACTIVE:
                 continue
             if not _capacity_still_free(fleet=fleet, job=job, now=now):
