@@ -237,8 +237,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=10000)
     parser.add_argument("--fleets", type=int, default=1000)
-    parser.add_argument("--small-jobs", type=int, default=400)
-    parser.add_argument("--small-fleets", type=int, default=40)
+    parser.add_argument("--small-jobs", type=int, default=120)
+    parser.add_argument("--small-fleets", type=int, default=16)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     if connection.vendor != "postgresql":
