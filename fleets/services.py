@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from fleets import selectors, webhooks
@@ -836,6 +837,7 @@ class SweepResult:
     offers_expired: int
     jobs_reclaimed: int
     jobs_redispatched: int
+    webhooks_resent: int = 0
 
 
 def dispatch_sweep() -> SweepResult:
@@ -865,7 +867,27 @@ def dispatch_sweep() -> SweepResult:
     ).values_list("pk", flat=True)[:1000]:
         transaction.on_commit(lambda j=str(job_id): _dispatch_now(j))
         redispatched += 1
-    return SweepResult(expired, reclaimed, redispatched)
+    # Deliveries whose message was lost (a crash between commit and publish): send again.
+    # A receiver may then see an event twice; it dedupes on X-Marketplace-Delivery.
+    stuck_before = now - timedelta(seconds=max(600, 2 * settings.FLEETS_WEBHOOK_TIMEOUT_SECONDS))
+    resent = 0
+    for delivery_id in (
+        WebhookDelivery.objects.filter(status=WebhookDelivery.Status.PENDING)
+        .filter(
+            Q(next_attempt_at__lte=stuck_before)
+            | Q(next_attempt_at__isnull=True, created_at__lte=stuck_before)
+        )
+        .values_list("pk", flat=True)[:1000]
+    ):
+        transaction.on_commit(lambda d=str(delivery_id): _deliver_now(d))
+        resent += 1
+    return SweepResult(expired, reclaimed, redispatched, resent)
+
+
+def _deliver_now(delivery_id: str) -> None:
+    from fleets import tasks
+
+    tasks.webhook_deliver.delay(delivery_id)
 
 
 def _dispatch_now(job_id: str) -> None:

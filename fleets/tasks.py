@@ -43,6 +43,7 @@ def dispatch_sweep() -> dict:
         "offers_expired": result.offers_expired,
         "jobs_reclaimed": result.jobs_reclaimed,
         "jobs_redispatched": result.jobs_redispatched,
+        "webhooks_resent": result.webhooks_resent,
     }
 
 

@@ -177,3 +177,29 @@ def test_unreachable_endpoint_is_logged_with_the_error(
     delivery = WebhookDelivery.objects.get()
     assert delivery.status == WebhookDelivery.Status.FAILED
     assert all(a["status_code"] is None and a["error"] for a in delivery.attempts)
+
+
+@pytest.mark.django_db
+def test_sweeper_resends_deliveries_whose_message_was_lost(customer, fast_retries):
+    # given a pending delivery created long ago that no task ever picked up
+    from datetime import timedelta
+    from unittest import mock
+
+    from django.utils import timezone
+
+    site = equipped_site()
+    site.fleet.webhook_url = "https://fleet.example.com/hooks"
+    site.fleet.save()
+    delivery = services.webhook_enqueue(fleet=site.fleet, event_type="offer.created", data={})
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(
+        created_at=timezone.now() - timedelta(hours=1)
+    )
+    # when
+    with mock.patch("fleets.tasks.webhook_deliver.delay") as delay:
+        from django.test import TestCase
+
+        with TestCase.captureOnCommitCallbacks(execute=True):
+            result = services.dispatch_sweep()
+    # then
+    assert result.webhooks_resent == 1
+    delay.assert_called_once_with(str(delivery.pk))
