@@ -12,7 +12,7 @@ from marketplace.celery import app
 from marketplace.tenancy import Caller
 from orders.models import Order
 from orders.services import order_cancel
-from tests.factories import OrderFactory, UserFactory
+from tests.factories import OrderFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -42,7 +42,7 @@ def test_order_cancellation_enqueues_job_cancellation(customer, django_capture_o
 
 
 def test_admin_dispatch_board_lists_flagged_jobs_and_redispatches(
-    customer, client, django_capture_on_commit_callbacks
+    customer, admin_client, admin_user, django_capture_on_commit_callbacks
 ):
     # given a flagged job (no fleets) and a staff user
     order = OrderFactory(
@@ -55,8 +55,7 @@ def test_admin_dispatch_board_lists_flagged_jobs_and_redispatches(
         services.order_plan(order_id=order.id)
     job = Job.objects.get(order=order)
     assert job.status == Job.Status.FLAGGED
-    staff = UserFactory(is_staff=True, is_superuser=True)
-    client.force_login(staff)
+    client, staff = admin_client, admin_user
     # when
     board = client.get("/admin/fleets/job/?board=flagged")
     with django_capture_on_commit_callbacks(execute=True):
