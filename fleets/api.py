@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 
 from fleets import selectors, services
 from fleets.models import Bid, EndEffector, Fleet, Job, Offer, Robot, Site, SiteKind
+from marketplace.errors import ServiceError
 from marketplace.models import Membership
 from marketplace.permissions import IsFleetOperator
 from marketplace.tenancy import caller_for_request
@@ -203,13 +204,8 @@ class SiteDetail(FleetApi, generics.RetrieveUpdateDestroyAPIView):
         serializer.is_valid(raise_exception=True)
         changes = dict(serializer.validated_data)
         if "fleet_id" in changes:
-            return Response(
-                {
-                    "code": "invalid",
-                    "message": "A site cannot move to another fleet.",
-                    "fields": {"fleet": ["Read-only."]},
-                },
-                status=status.HTTP_400_BAD_REQUEST,
+            raise ServiceError(
+                "A site cannot move to another fleet.", fields={"fleet": ["Read-only."]}
             )
         site = services.site_update(
             organization=self.organization, site_id=instance.pk, changes=changes

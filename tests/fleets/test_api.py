@@ -342,3 +342,17 @@ def test_bid_on_an_open_job(fleet_operator, customer, site):
     assert late.status_code == 400
     assert negative.status_code == 400
     assert Bid.objects.count() == 1
+
+
+def test_site_update_validates_and_cannot_change_fleet(fleet_operator, site):
+    other_fleet = FleetFactory(organization=fleet_operator.organization)
+    url = f"/api/v1/fleet/sites/{site.pk}"
+    moved = fleet_operator.client.patch(url, {"fleet": str(other_fleet.pk)}, format="json")
+    bad_kind = fleet_operator.client.patch(url, {"kind": "volcano"}, format="json")
+    ok = fleet_operator.client.patch(url, {"kind": "kitchen", "name": "K2"}, format="json")
+    assert moved.status_code == 400 and "fleet" in moved.json()["fields"]
+    assert bad_kind.status_code == 400
+    assert ok.status_code == 200
+    site.refresh_from_db()
+    assert (site.fleet_id, site.kind, site.name) == (site.fleet_id, "kitchen", "K2")
+    assert site.fleet_id != other_fleet.pk
