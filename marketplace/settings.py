@@ -227,9 +227,19 @@ FLEETS_WEBHOOK_ALLOW_INSECURE = env_bool("FLEETS_WEBHOOK_ALLOW_INSECURE", DEBUG)
 FLEETS_DISPATCH_FAULT_DELAY_SECONDS = float(
     os.environ.get("FLEETS_DISPATCH_FAULT_DELAY_SECONDS", "0")
 )
-CELERY_BEAT_SCHEDULE = {
-    "fleets-sweep": {
-        "task": "fleets.tasks.dispatch_sweep",
-        "schedule": float(FLEETS_SWEEP_INTERVAL_SECONDS),
-    },
+# Added to (not replacing) any periodic tasks other apps' blocks declare.
+CELERY_BEAT_SCHEDULE = globals().get("CELERY_BEAT_SCHEDULE", {})
+CELERY_BEAT_SCHEDULE["fleets-sweep"] = {
+    "task": "fleets.tasks.dispatch_sweep",
+    "schedule": float(FLEETS_SWEEP_INTERVAL_SECONDS),
 }
+# One OpenAPI enum name per status choice set (several models have a `status`).
+SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
+    {
+        "OrderStatusEnum": "orders.models.Order.Status",
+        "FleetStatusEnum": "fleets.models.Fleet.Status",
+        "JobStatusEnum": "fleets.models.Job.Status",
+        "OfferStatusEnum": "fleets.models.Offer.Status",
+        "BidStatusEnum": "fleets.models.Bid.Status",
+    }
+)

@@ -17,7 +17,7 @@ from tests.factories import FleetFactory, OrderFactory, RobotFactory, SiteFactor
 ACCEPTORS = 24
 
 
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db(transaction=True)
 def test_simultaneous_accepts_one_wins_the_rest_409(fleet_operator, customer):
     # given one pending offer to the operator's fleet
     fleet = FleetFactory(organization=fleet_operator.organization)

@@ -35,7 +35,7 @@ from tests.factories import FleetFactory, OrderFactory, equipped_site
 pytestmark = [
     pytest.mark.real_worker,
     pytest.mark.slow,
-    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+    pytest.mark.django_db(transaction=True),
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,12 +44,7 @@ RABBIT = ("127.0.0.1", 5672)
 
 
 def _rabbitmqctl(*args: str) -> None:
-    subprocess.run(  # noqa: S603
-        ["rabbitmqctl", "-q", *args],  # noqa: S607 (the system's RabbitMQ tools)
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
+    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
 
 
 @pytest.fixture(scope="session")
@@ -115,7 +110,7 @@ class Worker:
         self.starts += 1
         self.log = self.log_dir / f"worker-{self.starts}.log"
         handle = self.log.open("wb")
-        self.process = subprocess.Popen(  # noqa: S603 (our own command line)
+        self.process = subprocess.Popen(
             [
                 str(CELERY),
                 "-A",
