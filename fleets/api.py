@@ -343,6 +343,14 @@ class JobSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class OpenJobSerializer(JobSerializer):
+    """A job open for bids, as any capable fleet sees it: no customer order, no holder."""
+
+    class Meta(JobSerializer.Meta):
+        fields = [f for f in JobSerializer.Meta.fields if f not in ("order", "fleet", "site")]
+        read_only_fields = fields
+
+
 class OfferSerializer(serializers.ModelSerializer):
     job = JobSerializer(read_only=True)
     fleet = serializers.UUIDField(source="fleet_id", read_only=True)
@@ -425,7 +433,7 @@ class AssignedJobList(FleetApi, generics.ListAPIView):
 class OpenJobList(FleetApi, generics.ListAPIView):
     """Jobs open for bids that one of the caller's robots could do (embodiment, effector)."""
 
-    serializer_class = JobSerializer
+    serializer_class = OpenJobSerializer
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation: no database

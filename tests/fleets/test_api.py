@@ -320,6 +320,7 @@ def test_bid_on_an_open_job(fleet_operator, customer, site):
     job = Job.objects.filter(order=order).first()
     listed = fleet_operator.client.get("/api/v1/fleet/jobs/open").json()["results"]
     assert str(job.pk) in {j["id"] for j in listed}
+    assert not {"order", "fleet", "site"} & set(listed[0])  # nothing of the customer's order
     payload = {
         "site": str(site.pk),
         "price_per_hour": "30",
