@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "marketplace",
     "orders",
+    "fleets",
     "datasets",
     "billing",
 ]
@@ -159,7 +160,15 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {"OrderStatusEnum": "orders.models.Order.Status"},
+    # One OpenAPI enum name per status choice set (several models have a `status`).
+    "ENUM_NAME_OVERRIDES": {
+        "OrderStatusEnum": "orders.models.Order.Status",
+        "FleetStatusEnum": "fleets.models.Fleet.Status",
+        "JobStatusEnum": "fleets.models.Job.Status",
+        "OfferStatusEnum": "fleets.models.Offer.Status",
+        "BidStatusEnum": "fleets.models.Bid.Status",
+        "PaymentStatusEnum": "billing.models.Payment.Status",
+    },
 }
 
 # --- Celery ----------------------------------------------------------------------------------
@@ -223,6 +232,34 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
 
+# --- Fleets and dispatch -----------------------------------------------------------------------
+# Jobs are at most this many hours; an order's hours are split over its environments first.
+FLEETS_MAX_JOB_HOURS = os.environ.get("FLEETS_MAX_JOB_HOURS", "4")
+# How long a fleet has to accept an offer before it goes to the next fleet.
+FLEETS_OFFER_TTL_SECONDS = int(os.environ.get("FLEETS_OFFER_TTL_SECONDS", "3600"))
+# An assigned job whose fleet sent no heartbeat for this long is taken back and re-dispatched.
+FLEETS_HEARTBEAT_TIMEOUT_SECONDS = int(os.environ.get("FLEETS_HEARTBEAT_TIMEOUT_SECONDS", "21600"))
+# An open job with no live offer for this long is dispatched again (lost messages, crashes).
+FLEETS_STALE_OPEN_JOB_SECONDS = int(os.environ.get("FLEETS_STALE_OPEN_JOB_SECONDS", "300"))
+FLEETS_SWEEP_INTERVAL_SECONDS = int(os.environ.get("FLEETS_SWEEP_INTERVAL_SECONDS", "60"))
+# Outgoing webhooks: attempts, and the first retry delay (doubled each time, capped).
+FLEETS_WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("FLEETS_WEBHOOK_MAX_ATTEMPTS", "8"))
+FLEETS_WEBHOOK_BACKOFF_SECONDS = float(os.environ.get("FLEETS_WEBHOOK_BACKOFF_SECONDS", "10"))
+FLEETS_WEBHOOK_BACKOFF_MAX_SECONDS = float(
+    os.environ.get("FLEETS_WEBHOOK_BACKOFF_MAX_SECONDS", "3600")
+)
+FLEETS_WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("FLEETS_WEBHOOK_TIMEOUT_SECONDS", "10"))
+# Plain-http webhook URLs (and loopback/private hosts) only when explicitly allowed (dev).
+FLEETS_WEBHOOK_ALLOW_INSECURE = env_bool("FLEETS_WEBHOOK_ALLOW_INSECURE", DEBUG)
+# Fault injection for crash tests only: seconds a dispatch waits inside its transaction.
+FLEETS_DISPATCH_FAULT_DELAY_SECONDS = float(
+    os.environ.get("FLEETS_DISPATCH_FAULT_DELAY_SECONDS", "0")
+)
+CELERY_BEAT_SCHEDULE["fleets-sweep"] = {
+    "task": "fleets.tasks.dispatch_sweep",
+    "schedule": float(FLEETS_SWEEP_INTERVAL_SECONDS),
+}
+
 # --- Object storage (S3 API) ------------------------------------------------------------------
 # Embedded default: the local S3 server in local_s3/ (`make run` starts it on this port).
 S3_ENDPOINT_URL = os.environ.get("S3_ENDPOINT_URL", "http://127.0.0.1:9000")
@@ -247,9 +284,8 @@ BILLING_CHECKOUT_SUCCESS_URL = os.environ.get(
 BILLING_CHECKOUT_CANCEL_URL = os.environ.get(
     "BILLING_CHECKOUT_CANCEL_URL", BILLING_SITE_URL + "/orders/{order_id}?payment=cancelled"
 )
-# Dotted path to f(order) -> Decimal | None: hours already handed to fleets (set by fleets).
-BILLING_DISPATCHED_HOURS_PROVIDER = os.environ.get("BILLING_DISPATCHED_HOURS_PROVIDER", "")
-SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
-    {"PaymentStatusEnum": "billing.models.Payment.Status"}
+# Dotted path to f(order) -> Decimal | None: hours already handed to fleets.
+BILLING_DISPATCHED_HOURS_PROVIDER = os.environ.get(
+    "BILLING_DISPATCHED_HOURS_PROVIDER", "fleets.selectors.order_dispatched_hours"
 )
 CELERY_BEAT_SCHEDULE["billing-sweep"] = {"task": "billing.tasks.billing_sweep", "schedule": 300.0}

@@ -15,6 +15,7 @@ api_v1 = [
     path("api-keys/<uuid:pk>/revoke", accounts_api.ApiKeyRevoke.as_view(), name="api-key-revoke"),
     path("", include("orders.urls")),
     path("", include("billing.urls")),
+    path("fleet/", include("fleets.urls")),
 ]
 
 urlpatterns = [

@@ -72,3 +72,46 @@ class OrderFactory(factory.django.DjangoModelFactory):
     total = factory.LazyAttribute(lambda o: (o.hours * Decimal(100)).quantize(Decimal("0.01")))
     status = Order.Status.AWAITING_PAYMENT
     deadline = factory.LazyFunction(lambda: timezone.localdate() + timedelta(days=60))
+
+
+# --- Fleets (issue 3) -------------------------------------------------------------------------
+
+
+class FleetFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = "fleets.Fleet"
+
+    organization = factory.SubFactory(OrganizationFactory, kind=Organization.Kind.FLEET_OPERATOR)
+    name = factory.Sequence(lambda n: f"Fleet {n}")
+    weekly_capacity_hours = Decimal("40")
+    payout_rate_per_hour = Decimal("50")
+    quality_score = Decimal("0.800")
+
+
+class SiteFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = "fleets.Site"
+
+    fleet = factory.SubFactory(FleetFactory)
+    name = factory.Sequence(lambda n: f"Site {n}")
+    kind = "lab_bench"
+
+
+class RobotFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = "fleets.Robot"
+
+    site = factory.SubFactory(SiteFactory)
+    fleet = factory.LazyAttribute(lambda r: r.site.fleet)
+    name = factory.Sequence(lambda n: f"Robot {n}")
+    embodiment = factory.LazyFunction(lambda: Embodiment.objects.get(slug="franka-fr3"))
+    end_effector = "parallel_gripper"
+    sensor_slugs = factory.LazyFunction(list)
+
+
+def equipped_site(*, fleet=None, kind: str = "lab_bench", sensors=(), **fleet_kwargs):
+    """A site with one robot able to do the default OrderFactory order (franka, gripper)."""
+    fleet = fleet or FleetFactory(**fleet_kwargs)
+    site = SiteFactory(fleet=fleet, kind=kind)
+    RobotFactory(site=site, fleet=fleet, sensor_slugs=sorted(sensors))
+    return site

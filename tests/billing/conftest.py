@@ -236,3 +236,15 @@ def stripe_5xx():
 @pytest.fixture
 def closed_port_url() -> str:
     return f"http://127.0.0.1:{free_port()}"
+
+
+@pytest.fixture(autouse=True)
+def _without_dispatch():
+    """Billing tests stop at 'paid': keep fleets' planning (an order_paid receiver) out of them.
+    The paid -> dispatch chain has its own tests in tests/fleets."""
+    from fleets import receivers
+    from orders import signals
+
+    signals.order_paid.disconnect(dispatch_uid="fleets.on_order_paid")
+    yield
+    signals.order_paid.connect(receivers.on_order_paid, dispatch_uid="fleets.on_order_paid")

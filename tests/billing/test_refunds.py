@@ -164,9 +164,10 @@ def test_cancellation_after_dispatch_uses_the_provider(
 
 
 def test_cancellation_after_dispatch_without_hours_is_left_to_staff(
-    paid_order, django_capture_on_commit_callbacks
+    paid_order, settings, django_capture_on_commit_callbacks
 ):
-    # given
+    # given: no way to know the dispatched hours
+    settings.BILLING_DISPATCHED_HOURS_PROVIDER = ""
     order, _, _ = paid_order()
     # when
     with django_capture_on_commit_callbacks(execute=True):

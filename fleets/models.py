@@ -1,0 +1,345 @@
+"""Supply side: fleets, sites, robots; jobs, offers, bids, assignments; webhook deliveries.
+
+Job states follow one explicit map (JOB_TRANSITIONS) changed only by
+`fleets.services.job_transition`, which writes an append-only JobEvent per change.
+"""
+
+import secrets
+import uuid
+from decimal import Decimal
+
+from django.db import models
+
+from marketplace.models import Organization
+from orders.models import Embodiment, Order
+
+HOURS = {"max_digits": 9, "decimal_places": 2}
+MONEY = {"max_digits": 14, "decimal_places": 4}
+
+
+class EndEffector(models.TextChoices):
+    PARALLEL_GRIPPER = "parallel_gripper", "Parallel gripper"
+    SUCTION = "suction", "Suction cup"
+    DEXTEROUS_HAND = "dexterous_hand", "Dexterous hand"
+    TOOL_CHANGER = "tool_changer", "Tool changer"
+
+
+class SiteKind(models.TextChoices):
+    KITCHEN = "kitchen", "Kitchen"
+    HOUSEHOLD = "household", "Household room"
+    OFFICE = "office", "Office"
+    WAREHOUSE_SHELF = "warehouse_shelf", "Warehouse shelf"
+    RETAIL_AISLE = "retail_aisle", "Retail aisle"
+    LAB_BENCH = "lab_bench", "Lab bench"
+    PRODUCTION_LINE = "production_line", "Production line"
+
+
+def new_webhook_secret() -> str:
+    return "whsec_" + secrets.token_urlsafe(32)
+
+
+class Fleet(models.Model):
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        PAUSED = "paused", "Paused"
+        RETIRED = "retired", "Retired"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="fleets")
+    name = models.CharField(max_length=120)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
+    timezone = models.CharField(max_length=64, default="UTC")
+    weekly_capacity_hours = models.DecimalField(**HOURS)
+    payout_rate_per_hour = models.DecimalField(**MONEY)
+    currency = models.CharField(max_length=3, default="USD")
+    # 0..1, maintained by staff from QA figures; fleets cannot set it.
+    quality_score = models.DecimalField(max_digits=4, decimal_places=3, default=Decimal("0.500"))
+    webhook_url = models.URLField(max_length=500, blank=True)
+    webhook_secret = models.CharField(max_length=80, default=new_webhook_secret)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(weekly_capacity_hours__gte=0), name="fleet_capacity_nonneg"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(payout_rate_per_hour__gte=0), name="fleet_rate_nonneg"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(quality_score__gte=0, quality_score__lte=1),
+                name="fleet_quality_range",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(status__in=["active", "paused", "retired"]),
+                name="fleet_status_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Site(models.Model):
+    """An environment: one physical place. Dispatch spreads an order over distinct sites."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="sites")
+    name = models.CharField(max_length=120)
+    kind = models.CharField(max_length=30, choices=SiteKind.choices)
+    description = models.TextField(blank=True)
+    objects_available = models.JSONField(default=list, blank=True)  # list of object names
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+
+class Robot(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="robots")
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="robots")
+    name = models.CharField(max_length=120)
+    embodiment = models.ForeignKey(Embodiment, on_delete=models.PROTECT, related_name="+")
+    end_effector = models.CharField(max_length=30, choices=EndEffector.choices)
+    sensor_slugs = models.JSONField(default=list, blank=True)  # sorted SensorAddon slugs
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["embodiment", "end_effector", "active"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Job(models.Model):
+    class Status(models.TextChoices):
+        HELD = "held", "Held (waits for pilot approval)"
+        OPEN = "open", "Open (to dispatch)"
+        OFFERED = "offered", "Offered"
+        ASSIGNED = "assigned", "Assigned"
+        IN_PROGRESS = "in_progress", "In progress"
+        COMPLETED = "completed", "Completed"
+        FLAGGED = "flagged", "Flagged (nobody eligible)"
+        CANCELLED = "cancelled", "Cancelled"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="jobs")
+    sequence = models.PositiveIntegerField()
+    environment_index = models.PositiveIntegerField()
+    is_pilot = models.BooleanField(default=False)
+    embodiment = models.ForeignKey(Embodiment, on_delete=models.PROTECT, related_name="+")
+    end_effector = models.CharField(max_length=30, choices=EndEffector.choices)
+    sensor_slugs = models.JSONField(default=list, blank=True)
+    site_kinds = models.JSONField(default=list, blank=True)  # empty: any kind
+    target_hours = models.DecimalField(**HOURS)
+    progress_hours = models.DecimalField(**HOURS, default=Decimal("0"))
+    deadline = models.DateTimeField()
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.OPEN)
+    # The fleet and site holding the job while offered, assigned or in progress.
+    fleet = models.ForeignKey(
+        Fleet, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    )
+    site = models.ForeignKey(
+        Site, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    )
+    flag_reason = models.TextField(blank=True)
+    dispatch_attempts = models.PositiveIntegerField(default=0)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["order", "sequence"], name="job_order_sequence"),
+            models.CheckConstraint(
+                condition=models.Q(target_hours__gt=0), name="job_hours_positive"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(progress_hours__gte=0), name="job_progress_nonneg"
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "updated_at"])]
+
+    def __str__(self) -> str:
+        return f"Job {self.order_id}#{self.sequence} ({self.status})"
+
+
+S = Job.Status
+JOB_TRANSITIONS: dict[str, frozenset[str]] = {
+    S.HELD: frozenset({S.OPEN, S.CANCELLED}),
+    S.OPEN: frozenset({S.OFFERED, S.ASSIGNED, S.FLAGGED, S.CANCELLED}),
+    S.OFFERED: frozenset({S.ASSIGNED, S.OPEN, S.CANCELLED}),
+    S.ASSIGNED: frozenset({S.IN_PROGRESS, S.COMPLETED, S.OPEN, S.CANCELLED}),
+    S.IN_PROGRESS: frozenset({S.COMPLETED, S.OPEN, S.CANCELLED}),
+    S.FLAGGED: frozenset({S.OPEN, S.CANCELLED}),
+    S.COMPLETED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+# States in which a job counts against its fleet's capacity.
+JOB_HOLDING_STATES = frozenset({S.OFFERED, S.ASSIGNED, S.IN_PROGRESS})
+del S
+
+
+class JobEvent(models.Model):
+    """Append-only audit of every job status change."""
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="events")
+    from_status = models.CharField(max_length=20, blank=True)
+    to_status = models.CharField(max_length=20, choices=Job.Status.choices)
+    fleet = models.ForeignKey(
+        Fleet, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_label = models.CharField(max_length=200, blank=True)
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.from_status or '-'} -> {self.to_status}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise ValueError("Job events are append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise ValueError("Job events are append-only.")
+
+
+class Offer(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        ACCEPTED = "accepted", "Accepted"
+        DECLINED = "declined", "Declined"
+        EXPIRED = "expired", "Expired"
+        WITHDRAWN = "withdrawn", "Withdrawn"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="offers")
+    fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="offers")
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="offers")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    score = models.FloatField()
+    expires_at = models.DateTimeField()
+    responded_at = models.DateTimeField(null=True, blank=True)
+    decline_reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            # At most one live offer per job, whatever the races.
+            models.UniqueConstraint(
+                fields=["job"],
+                condition=models.Q(status="pending"),
+                name="offer_one_pending_per_job",
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "expires_at"])]
+
+    def __str__(self) -> str:
+        return f"Offer {self.id} ({self.status})"
+
+
+class Bid(models.Model):
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        WON = "won", "Won"
+        LOST = "lost", "Lost"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="bids")
+    fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="bids")
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="bids")
+    price_per_hour = models.DecimalField(**MONEY)
+    earliest_finish = models.DateTimeField()
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "fleet"],
+                condition=models.Q(status="open"),
+                name="bid_one_open_per_fleet_job",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(price_per_hour__gte=0), name="bid_price_nonneg"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Bid {self.id} ({self.price_per_hour}/h)"
+
+
+class Assignment(models.Model):
+    """A fleet holds a job. At most one active assignment per job (database-enforced)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="assignments")
+    fleet = models.ForeignKey(Fleet, on_delete=models.PROTECT, related_name="assignments")
+    site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="assignments")
+    offer = models.OneToOneField(
+        Offer, null=True, blank=True, on_delete=models.PROTECT, related_name="assignment"
+    )
+    bid = models.OneToOneField(
+        Bid, null=True, blank=True, on_delete=models.PROTECT, related_name="assignment"
+    )
+    active = models.BooleanField(default=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job"], condition=models.Q(active=True), name="assignment_one_active"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Assignment {self.job_id} -> {self.fleet_id}"
+
+
+class WebhookDelivery(models.Model):
+    """One outgoing event to one fleet, with every attempt logged in `attempts`."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        DELIVERED = "delivered", "Delivered"
+        FAILED = "failed", "Failed (gave up)"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="webhook_deliveries")
+    event_type = models.CharField(max_length=60)
+    payload = models.JSONField()
+    url = models.URLField(max_length=500)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    attempt_count = models.PositiveIntegerField(default=0)
+    attempts = models.JSONField(default=list)  # [{"at", "status_code", "error", "ms"}]
+    last_status_code = models.PositiveIntegerField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "webhook deliveries"
+
+    def __str__(self) -> str:
+        return f"{self.event_type} -> {self.fleet_id} ({self.status})"

@@ -1,0 +1,220 @@
+"""Reads: tenancy-scoped querysets for the fleet API, and the dispatcher's candidate search.
+
+## The dispatch score (ranking eligible sites for a job)
+
+Only *eligible* (fleet, site) pairs are ranked: the fleet is active; the site is active,
+of a kind the job accepts, not already used by another environment of the same order
+(diversity), and has an active robot with the job's embodiment and end effector and every
+required sensor; the fleet has not declined, let expire or gone silent on this job before;
+and its free capacity before the deadline covers the job:
+
+    capacity_until_deadline = weekly_capacity_hours x weeks until the job's deadline
+    free = capacity_until_deadline - hours still owed on jobs it holds (offered/assigned/running)
+    eligible when free >= job.target_hours
+
+    score = 0.50 x headroom + 0.35 x quality + 0.15 x cheapness  (+ 1.0 if same environment)
+      headroom  = (free - target_hours) / capacity_until_deadline        in [0, 1]
+      quality   = fleet.quality_score                                    in [0, 1]
+      cheapness = 1 - payout_rate / highest payout_rate among candidates in [0, 1]
+      same environment: the site already holds another job of this order's environment
+      (an environment is one site; later jobs of it go back there when they can).
+
+Ties break on the site id, so a dispatch is deterministic. Bids, when there are eligible
+ones, win over the score: lowest price per hour, then earliest finish.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from django.db import connection
+from django.db.models import DecimalField, ExpressionWrapper, F, Q, QuerySet, Sum
+
+from fleets.models import JOB_HOLDING_STATES, Assignment, Fleet, Job, Offer, Robot, Site
+from marketplace.models import Organization
+
+SECONDS_PER_WEEK = Decimal(7 * 24 * 3600)
+W_HEADROOM, W_QUALITY, W_CHEAPNESS, SAME_ENVIRONMENT_BONUS = 0.50, 0.35, 0.15, 1.0
+
+
+def fleets_for(*, organization: Organization) -> QuerySet[Fleet]:
+    return Fleet.objects.filter(organization=organization)
+
+
+def sites_for(*, organization: Organization) -> QuerySet[Site]:
+    return Site.objects.filter(fleet__organization=organization).select_related("fleet")
+
+
+def robots_for(*, organization: Organization) -> QuerySet[Robot]:
+    return Robot.objects.filter(fleet__organization=organization).select_related(
+        "fleet", "site", "embodiment"
+    )
+
+
+def offers_for(*, organization: Organization) -> QuerySet[Offer]:
+    return Offer.objects.filter(fleet__organization=organization).select_related(
+        "job__embodiment", "job__order__task_type"
+    )
+
+
+def jobs_held_by(*, organization: Organization) -> QuerySet[Job]:
+    return Job.objects.filter(fleet__organization=organization).select_related(
+        "embodiment", "order__task_type"
+    )
+
+
+def jobs_open_for_bids() -> QuerySet[Job]:
+    return Job.objects.filter(
+        status__in=[Job.Status.OPEN, Job.Status.OFFERED, Job.Status.FLAGGED]
+    ).select_related("embodiment", "order__task_type")
+
+
+def committed_hours(*, fleet_ids) -> dict:
+    """Hours still owed on jobs each fleet holds (offered, assigned or in progress)."""
+    owed = ExpressionWrapper(
+        F("target_hours") - F("progress_hours"),
+        output_field=DecimalField(max_digits=12, decimal_places=2),
+    )
+    rows = (
+        Job.objects.filter(fleet_id__in=list(fleet_ids), status__in=JOB_HOLDING_STATES)
+        .values("fleet_id")
+        .annotate(owed=Sum(owed))
+    )
+    return {row["fleet_id"]: row["owed"] or Decimal(0) for row in rows}
+
+
+def capacity_until(fleet: Fleet, deadline: datetime, now: datetime) -> Decimal:
+    seconds = Decimal(max(0.0, (deadline - now).total_seconds()))
+    return fleet.weekly_capacity_hours * seconds / SECONDS_PER_WEEK
+
+
+def order_site_usage(*, job: Job) -> tuple[set, set]:
+    """(sites used by the order's other environments, sites of this job's environment)."""
+    rows = (
+        Job.objects.filter(order_id=job.order_id, site_id__isnull=False)
+        .filter(Q(status__in=JOB_HOLDING_STATES) | Q(status=Job.Status.COMPLETED))
+        .exclude(pk=job.pk)
+        .values_list("environment_index", "site_id")
+    )
+    others, same = set(), set()
+    for environment_index, site_id in rows:
+        (same if environment_index == job.environment_index else others).add(site_id)
+    return others, same
+
+
+def fleets_excluded_for(*, job: Job) -> set:
+    """Fleets that already declined, let expire, or went silent on this job."""
+    refused = set(
+        Offer.objects.filter(
+            job=job, status__in=[Offer.Status.DECLINED, Offer.Status.EXPIRED]
+        ).values_list("fleet_id", flat=True)
+    )
+    dropped = set(
+        Assignment.objects.filter(job=job, active=False).values_list("fleet_id", flat=True)
+    )
+    return refused | dropped
+
+
+def _robot_matches(job: Job) -> QuerySet[Robot]:
+    robots = Robot.objects.filter(
+        active=True,
+        embodiment_id=job.embodiment_id,
+        end_effector=job.end_effector,
+        site__active=True,
+        fleet__status=Fleet.Status.ACTIVE,
+    )
+    if job.site_kinds:
+        robots = robots.filter(site__kind__in=job.site_kinds)
+    if job.sensor_slugs and connection.vendor == "postgresql":
+        robots = robots.filter(sensor_slugs__contains=job.sensor_slugs)
+    return robots
+
+
+@dataclass
+class Candidate:
+    fleet_id: object
+    site_id: object
+    payout_rate: Decimal
+    quality: Decimal
+    free_hours: Decimal
+    capacity: Decimal
+    same_environment: bool
+    score: float = 0.0
+
+
+def dispatch_candidates(*, job: Job, now: datetime) -> list[Candidate]:
+    """Eligible (fleet, site) pairs for a job, best first (see the module docstring).
+
+    One query for the matching robots with their fleet's figures, one for the hours the
+    fleets already hold: the cost does not grow with a Python loop over model instances.
+    """
+    other_env_sites, same_env_sites = order_site_usage(job=job)
+    excluded_fleets = fleets_excluded_for(job=job)
+    required = set(job.sensor_slugs)
+    weeks = Decimal(max(0.0, (job.deadline - now).total_seconds())) / SECONDS_PER_WEEK
+    sites: dict = {}
+    rows = _robot_matches(job).values_list(
+        "site_id",
+        "fleet_id",
+        "sensor_slugs",
+        "fleet__weekly_capacity_hours",
+        "fleet__payout_rate_per_hour",
+        "fleet__quality_score",
+    )
+    for site_id, fleet_id, sensors, weekly, rate, quality in rows:
+        if site_id in sites or site_id in other_env_sites or fleet_id in excluded_fleets:
+            continue
+        if required and not required.issubset(sensors or []):
+            continue
+        capacity = weekly * weeks
+        if capacity < job.target_hours:
+            continue
+        sites[site_id] = (fleet_id, rate, quality, capacity)
+    if not sites:
+        return []
+    owed = committed_hours(fleet_ids={fleet_id for fleet_id, *_ in sites.values()})
+    candidates = []
+    for site_id, (fleet_id, rate, quality, capacity) in sites.items():
+        free = capacity - owed.get(fleet_id, Decimal(0))
+        if free < job.target_hours:
+            continue
+        candidates.append(
+            Candidate(
+                fleet_id=fleet_id,
+                site_id=site_id,
+                payout_rate=rate,
+                quality=quality,
+                free_hours=free,
+                capacity=capacity,
+                same_environment=site_id in same_env_sites,
+            )
+        )
+    score_candidates(job=job, candidates=candidates)
+    candidates.sort(key=lambda c: (-c.score, str(c.site_id)))
+    return candidates
+
+
+def score_candidates(*, job: Job, candidates: list[Candidate]) -> None:
+    if not candidates:
+        return
+    top_rate = max(c.payout_rate for c in candidates)
+    for c in candidates:
+        headroom = float((c.free_hours - job.target_hours) / c.capacity) if c.capacity else 0.0
+        cheapness = 1.0 - float(c.payout_rate / top_rate) if top_rate else 1.0
+        c.score = (
+            W_HEADROOM * max(0.0, min(1.0, headroom))
+            + W_QUALITY * float(c.quality)
+            + W_CHEAPNESS * cheapness
+            + (SAME_ENVIRONMENT_BONUS if c.same_environment else 0.0)
+        )
+
+
+def order_dispatched_hours(order) -> Decimal:
+    """Hours of an order's jobs that reached a fleet (ever assigned), for billing's refunds
+    on cancellation: those hours were committed to a fleet, the rest can be refunded.
+    Counted from assignments, which cancellation ends but never deletes."""
+    assigned = Assignment.objects.filter(job__order=order).values("job_id")
+    total = Job.objects.filter(order=order, pk__in=assigned).aggregate(hours=Sum("target_hours"))[
+        "hours"
+    ]
+    return total or Decimal("0")

@@ -1,0 +1,27 @@
+"""Fleet API, mounted at /api/v1/fleet/ (fleet-operator keys only)."""
+
+from django.urls import path
+
+from fleets import api
+
+urlpatterns = [
+    path("fleets", api.FleetListCreate.as_view(), name="fleet-list"),
+    path("fleets/<uuid:pk>", api.FleetDetail.as_view(), name="fleet-detail"),
+    path("fleets/<uuid:pk>/heartbeat", api.FleetHeartbeat.as_view(), name="fleet-heartbeat"),
+    path(
+        "fleets/<uuid:pk>/rotate-secret",
+        api.FleetRotateSecret.as_view(),
+        name="fleet-rotate-secret",
+    ),
+    path("sites", api.SiteListCreate.as_view(), name="fleet-site-list"),
+    path("sites/<uuid:pk>", api.SiteDetail.as_view(), name="fleet-site-detail"),
+    path("robots", api.RobotListCreate.as_view(), name="fleet-robot-list"),
+    path("robots/<uuid:pk>", api.RobotDetail.as_view(), name="fleet-robot-detail"),
+    path("offers", api.OfferList.as_view(), name="fleet-offer-list"),
+    path("offers/<uuid:pk>/accept", api.OfferAccept.as_view(), name="fleet-offer-accept"),
+    path("offers/<uuid:pk>/decline", api.OfferDecline.as_view(), name="fleet-offer-decline"),
+    path("jobs", api.AssignedJobList.as_view(), name="fleet-job-list"),
+    path("jobs/open", api.OpenJobList.as_view(), name="fleet-open-job-list"),
+    path("jobs/<uuid:pk>/bids", api.JobBid.as_view(), name="fleet-job-bid"),
+    path("jobs/<uuid:pk>/progress", api.JobProgress.as_view(), name="fleet-job-progress"),
+]

@@ -1,0 +1,340 @@
+"""End to end with a real Celery worker process on RabbitMQ (127.0.0.1:5672).
+
+Each test session gets its own RabbitMQ vhost (created with rabbitmqctl, deleted at the end,
+which drops its queues), so runs never see each other's messages. The worker is a
+subprocess pointed at pytest's test database; tests use transaction=True so their data is
+committed and visible to it. Every wait is bounded; workers are always killed at teardown.
+"""
+
+import contextlib
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from kombu import Queue
+
+from fleets import services, webhooks
+from fleets.models import Assignment, Job, Offer, WebhookDelivery
+from marketplace.celery import app
+from marketplace.models import Organization
+from orders.models import Order
+from orders.services import order_mark_paid
+from tests.factories import FleetFactory, OrderFactory, equipped_site
+
+pytestmark = [
+    pytest.mark.real_worker,
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+CELERY = Path(sys.executable).with_name("celery")
+RABBIT = ("127.0.0.1", 5672)
+
+
+def _rabbitmqctl(*args: str) -> None:
+    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="session")
+def broker_url():
+    try:
+        socket.create_connection(RABBIT, timeout=3).close()
+    except OSError:
+        pytest.fail("RabbitMQ is not reachable on 127.0.0.1:5672 (.ci/run starts it).")
+    vhost = f"mk_fleets_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    _rabbitmqctl("add_vhost", vhost)
+    _rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+    yield f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
+    _rabbitmqctl("delete_vhost", vhost)  # drops the vhost's queues and messages
+
+
+@pytest.fixture
+def publish_to(broker_url):
+    """Make this (test) process publish tasks to the test vhost, really (not eagerly)."""
+    saved = app.conf.broker_url, app.conf.task_always_eager
+
+    def reset_pools():
+        app._pool = None
+        with contextlib.suppress(AttributeError):
+            app.amqp._producer_pool = None
+
+    app.conf.broker_url = broker_url
+    app.conf.task_always_eager = False
+    reset_pools()
+    with app.connection_for_write() as conn:
+        conn.ensure_connection(max_retries=3)
+        # Start from empty queues: a declared-but-unconsumed queue keeps nothing from before.
+        for name in ("dispatch", "default"):
+            queue = Queue(name)(conn.default_channel)  # declared as Celery declares it
+            queue.declare()
+            queue.purge()
+    yield broker_url
+    app.conf.broker_url, app.conf.task_always_eager = saved
+    reset_pools()
+
+
+class Worker:
+    """`celery -A marketplace worker -Q dispatch --pool prefork -c 2`, in its own process group."""
+
+    def __init__(self, broker_url: str, log_dir: Path, extra_env: dict | None = None):
+        db = connection.settings_dict
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "marketplace.settings",
+            "DATABASE_URL": (
+                f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
+                f"/{db['NAME']}"
+            ),
+            "DATABASE_CONN_MAX_AGE": "0",
+            "CELERY_BROKER_URL": broker_url,
+            "CELERY_TASK_ALWAYS_EAGER": "false",
+            **(extra_env or {}),
+        }
+        self.log_dir = log_dir
+        self.process: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self, timeout: float = 90) -> None:
+        self.starts += 1
+        self.log = self.log_dir / f"worker-{self.starts}.log"
+        handle = self.log.open("wb")
+        self.process = subprocess.Popen(
+            [
+                str(CELERY),
+                "-A",
+                "marketplace",
+                "worker",
+                "-Q",
+                "dispatch",
+                "--pool",
+                "prefork",
+                "-c",
+                "2",
+                "-n",
+                f"fleets-test-{uuid.uuid4().hex[:8]}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--loglevel",
+                "INFO",
+            ],
+            cwd=ROOT,
+            env=self.env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        handle.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if b" ready." in self.log.read_bytes():
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.2)
+        self.stop()
+        raise AssertionError(f"worker did not start:\n{self.log.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (main process and pool children), no goodbye."""
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture
+def make_worker(publish_to, tmp_path):
+    workers: list[Worker] = []
+
+    def make(**extra_env) -> Worker:
+        worker = Worker(publish_to, tmp_path, {k: str(v) for k, v in extra_env.items()})
+        workers.append(worker)
+        return worker
+
+    yield make
+    for worker in workers:
+        worker.stop()
+        worker.kill()
+
+
+def wait_for(predicate, timeout: float, what: str, step: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class FlakyReceiver:
+    """A webhook endpoint on 127.0.0.1 that answers 500 to the first request, then 200."""
+
+    def __init__(self):
+        self.requests: list[tuple[dict, bytes]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.requests.append((dict(self.headers), body))
+                self.send_response(500 if len(receiver.requests) == 1 else 200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_paid_order_is_planned_offered_accepted_and_assigned(make_worker, make_tenant):
+    # given three fleet operators with one equipped site each; one has a flaky webhook endpoint
+    operators = [make_tenant(Organization.Kind.FLEET_OPERATOR) for _ in range(3)]
+    sites = [equipped_site(fleet=FleetFactory(organization=op.organization)) for op in operators]
+    receiver = FlakyReceiver()
+    try:
+        hooked = sites[0].fleet
+        hooked.quality_score = Decimal("1.000")  # ranked first: gets the first offer
+        hooked.webhook_url = receiver.url
+        hooked.save()
+        customer = make_tenant(Organization.Kind.CUSTOMER)
+        order = OrderFactory(organization=customer.organization, hours=Decimal("4"), environments=2)
+        worker = make_worker(FLEETS_WEBHOOK_BACKOFF_SECONDS=0.2)
+        worker.start()
+
+        # when payment is confirmed (the receiver enqueues planning on RabbitMQ)
+        order_mark_paid(order_id=order.id, actor_label="test")
+
+        # then the worker plans the jobs and offers each to a fleet, on distinct sites
+        offers = wait_for(
+            lambda: (
+                list(Offer.objects.filter(job__order=order, status=Offer.Status.PENDING))
+                if Offer.objects.filter(job__order=order, status=Offer.Status.PENDING).count() == 2
+                else None
+            ),
+            timeout=60,
+            what="two pending offers",
+        )
+        assert Job.objects.filter(order=order).count() == 2
+        assert len({offer.site_id for offer in offers}) == 2
+        order.refresh_from_db()
+        assert order.status == Order.Status.IN_COLLECTION
+
+        # when each fleet accepts its offer through the API
+        by_org = {op.organization.pk: op for op in operators}
+        for offer in offers:
+            client = by_org[offer.fleet.organization_id].client
+            response = client.post(f"/api/v1/fleet/offers/{offer.pk}/accept")
+            assert response.status_code == 200, response.json()
+
+        # then both jobs are assigned, once each
+        jobs = Job.objects.filter(order=order)
+        assert {job.status for job in jobs} == {Job.Status.ASSIGNED}
+        assert Assignment.objects.filter(job__order=order, active=True).count() == 2
+
+        # and the worker delivered the signed offer webhook, retrying after the first 500
+        delivery = wait_for(
+            lambda: WebhookDelivery.objects.filter(
+                fleet=hooked, status=WebhookDelivery.Status.DELIVERED
+            ).first(),
+            timeout=30,
+            what="webhook delivered",
+        )
+        assert [a["status_code"] for a in delivery.attempts] == [500, 200]
+        headers, body = receiver.requests[-1]
+        assert webhooks.verify_signature(
+            hooked.webhook_secret, headers["X-Marketplace-Signature"], body
+        )
+    finally:
+        receiver.close()
+
+
+def test_sigkill_mid_dispatch_every_job_assigned_exactly_once(make_worker, make_tenant):
+    # given 8 paid orders x 3 environments = 24 jobs, and 30 fleets with one site each
+    operator = make_tenant(Organization.Kind.FLEET_OPERATOR)
+    for _ in range(30):
+        equipped_site(fleet=FleetFactory(organization=operator.organization))
+    customer = make_tenant(Organization.Kind.CUSTOMER)
+    orders = [
+        OrderFactory(organization=customer.organization, hours=Decimal("6"), environments=3)
+        for _ in range(8)
+    ]
+    # Each dispatch holds its transaction open a moment, so kills land mid-dispatch.
+    worker = make_worker(FLEETS_DISPATCH_FAULT_DELAY_SECONDS=0.25)
+    for order in orders:
+        order_mark_paid(order_id=order.id, actor_label="test")
+
+    def accept_pending() -> int:
+        accepted = 0
+        for offer in Offer.objects.filter(job__order__in=orders, status=Offer.Status.PENDING):
+            try:
+                services.offer_accept(organization=operator.organization, offer_id=offer.pk)
+                accepted += 1
+            except services.Conflict:
+                pass
+        return accepted
+
+    # when the worker is SIGKILLed several times in the middle of dispatching
+    rng = random.Random(7)
+    kills_with_work_pending = 0
+    for _ in range(4):
+        worker.start()
+        time.sleep(rng.uniform(1.0, 2.0))
+        unfinished = Job.objects.filter(
+            order__in=orders, status__in=[Job.Status.OPEN, Job.Status.HELD]
+        ).count() + (8 * 3 - Job.objects.filter(order__in=orders).count())
+        worker.kill()
+        kills_with_work_pending += unfinished > 0
+        print(f"killed worker with {unfinished} unfinished jobs")
+        accept_pending()
+
+    # and finally restarted and left to finish, the fleets accepting offers as they come
+    worker.start()
+
+    def all_assigned() -> bool:
+        accept_pending()
+        jobs = Job.objects.filter(order__in=orders)
+        return jobs.count() == 24 and not jobs.exclude(status=Job.Status.ASSIGNED).exists()
+
+    wait_for(all_assigned, timeout=150, what="every job assigned", step=0.5)
+
+    # then every kill interrupted unfinished work, nothing was lost and nothing doubled
+    assert kills_with_work_pending >= 2
+    jobs = Job.objects.filter(order__in=orders)
+    assert jobs.count() == 24
+    for job in jobs:
+        assert Assignment.objects.filter(job=job).count() == 1, job
+        assert Offer.objects.filter(job=job, status=Offer.Status.ACCEPTED).count() == 1, job
+    assert not Offer.objects.filter(job__order__in=orders, status=Offer.Status.PENDING).exists()
+    assert {o.status for o in Order.objects.filter(pk__in=[o.pk for o in orders])} == {
+        Order.Status.IN_COLLECTION
+    }
+    # each order's environments went to distinct sites
+    for order in orders:
+        sites = list(Assignment.objects.filter(job__order=order).values_list("site_id", flat=True))
+        assert len(set(sites)) == 3
