@@ -142,7 +142,10 @@ class Job(models.Model):
     sensor_slugs = models.JSONField(default=list, blank=True)
     site_kinds = models.JSONField(default=list, blank=True)  # empty: any kind
     target_hours = models.DecimalField(**HOURS)
-    progress_hours = models.DecimalField(**HOURS, default=Decimal("0"))
+    progress_hours = models.DecimalField(**HOURS, default=Decimal("0"))  # fleet-reported
+    # Duration of the episodes that passed QA (datasets accrues it, to the millisecond): what
+    # counts toward target_hours and what the fleet is paid for.
+    accepted_seconds = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal("0"))
     deadline = models.DateTimeField()
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.OPEN)
     # The fleet and site holding the job while offered, assigned or in progress.
@@ -167,6 +170,9 @@ class Job(models.Model):
             ),
             models.CheckConstraint(
                 condition=models.Q(progress_hours__gte=0), name="job_progress_nonneg"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(accepted_seconds__gte=0), name="job_accepted_nonneg"
             ),
         ]
         indexes = [models.Index(fields=["status", "updated_at"])]

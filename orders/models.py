@@ -300,6 +300,9 @@ class Order(DatasetSpec):
     deadline = models.DateField(null=True, blank=True)
     pilot_hours = models.DecimalField(**HOURS, null=True, blank=True)
     notes = models.TextField(blank=True)
+    # Accepted (QA-passed) episode time, accrued by datasets to the millisecond;
+    # accepted_hours is the same, rounded down to the hundredth that customers pay for.
+    accepted_seconds = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal("0"))
     accepted_hours = models.DecimalField(**HOURS, default=Decimal("0"))
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
