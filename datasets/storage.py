@@ -183,6 +183,24 @@ def read_range(key: str, start: int, end_inclusive: int) -> bytes:
     return response["Body"].read()
 
 
+def copy(*, source_key: str, dest_key: str) -> None:
+    """Server-side copy within the bucket (the bytes do not come through us)."""
+    try:
+        client().copy({"Bucket": bucket(), "Key": source_key}, bucket(), dest_key)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
+            raise ObjectMissing(source_key) from exc
+        raise StorageError(str(exc)) from exc
+
+
+def exists(key: str) -> bool:
+    try:
+        head(key)
+    except ObjectMissing:
+        return False
+    return True
+
+
 def object_sha256(key: str) -> str:
     """SHA-256 (hex) of the stored bytes, streamed once."""
     digest = hashlib.sha256()

@@ -168,6 +168,9 @@ SPECTACULAR_SETTINGS = {
         "OfferStatusEnum": "fleets.models.Offer.Status",
         "BidStatusEnum": "fleets.models.Bid.Status",
         "PaymentStatusEnum": "billing.models.Payment.Status",
+        "EpisodeStatusEnum": "datasets.models.Episode.Status",
+        "UploadMethodEnum": "datasets.api.UPLOAD_METHODS",
+        "PaymentMethodEnum": "billing.models.Payment.Method",
     },
 }
 
@@ -268,6 +271,22 @@ S3_REGION = os.environ.get("S3_REGION", "us-east-1")
 AWS_ACCESS_KEY_ID = os.environ.get("AWS_ACCESS_KEY_ID", "local-key")
 AWS_SECRET_ACCESS_KEY = os.environ.get("AWS_SECRET_ACCESS_KEY", "local-secret")
 S3_UPLOAD_URL_EXPIRY_SECONDS = int(os.environ.get("S3_UPLOAD_URL_EXPIRY_SECONDS", "3600"))
+
+# --- Episodes and QA ---------------------------------------------------------------------------
+EPISODE_MAX_BYTES = int(os.environ.get("EPISODE_MAX_BYTES", str(5 * 1024**3)))
+# Files this large or larger are uploaded in parts (presigned part URLs + complete).
+EPISODE_MULTIPART_THRESHOLD_BYTES = int(
+    os.environ.get("EPISODE_MULTIPART_THRESHOLD_BYTES", str(64 * 1024**2))
+)
+EPISODE_MULTIPART_PART_BYTES = int(
+    os.environ.get("EPISODE_MULTIPART_PART_BYTES", str(16 * 1024**2))
+)
+EPISODE_MAX_FPS = int(os.environ.get("EPISODE_MAX_FPS", "1000"))
+EPISODE_MIN_SECONDS = float(os.environ.get("EPISODE_MIN_SECONDS", "1"))
+EPISODE_MAX_SECONDS = float(os.environ.get("EPISODE_MAX_SECONDS", "3600"))
+# Uploaded episodes still undecided after this long get their QA queued again.
+EPISODE_QA_STALE_SECONDS = int(os.environ.get("EPISODE_QA_STALE_SECONDS", "900"))
+CELERY_BEAT_SCHEDULE["datasets-qa-sweep"] = {"task": "datasets.tasks.qa_sweep", "schedule": 300.0}
 
 # --- Billing (Stripe) -------------------------------------------------------------------------
 # No STRIPE_API_KEY: online payment is off and staff mark orders paid (admin action).

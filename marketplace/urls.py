@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from billing import views as billing_views
+from datasets import urls as datasets_urls
 from marketplace import api as accounts_api
 from marketplace import health, views
 from marketplace.exception_handler import handler_404_api, handler_500_api
@@ -16,6 +17,8 @@ api_v1 = [
     path("", include("orders.urls")),
     path("", include("billing.urls")),
     path("fleet/", include("fleets.urls")),
+    path("fleet/", include(datasets_urls.fleet_urlpatterns)),
+    path("", include(datasets_urls.urlpatterns)),
 ]
 
 urlpatterns = [

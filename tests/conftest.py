@@ -11,6 +11,8 @@ from marketplace import services
 from marketplace.models import Membership, Organization
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
 
+pytest_plugins = ["tests.celery_worker"]
+
 
 def _is_transactional(request) -> bool:
     marker = request.node.get_closest_marker("django_db")

@@ -115,3 +115,29 @@ def equipped_site(*, fleet=None, kind: str = "lab_bench", sensors=(), **fleet_kw
     site = SiteFactory(fleet=fleet, kind=kind)
     RobotFactory(site=site, fleet=fleet, sensor_slugs=sorted(sensors))
     return site
+
+
+class JobFactory(factory.django.DjangoModelFactory):
+    """A job assigned to a fleet's site (as dispatch leaves it after an accepted offer)."""
+
+    class Meta:
+        model = "fleets.Job"
+        skip_postgeneration_save = True
+
+    order = factory.SubFactory(OrderFactory, status=Order.Status.IN_COLLECTION)
+    sequence = factory.Sequence(lambda n: n + 1)
+    environment_index = 0
+    embodiment = factory.LazyAttribute(lambda j: j.order.embodiment)
+    end_effector = "parallel_gripper"
+    target_hours = Decimal("1.00")
+    deadline = factory.LazyFunction(lambda: timezone.now() + timedelta(days=30))
+    status = "assigned"
+    site = factory.SubFactory(SiteFactory)
+    fleet = factory.LazyAttribute(lambda j: j.site.fleet if j.site else None)
+
+    @factory.post_generation
+    def assignment(job, create, extracted, **kwargs):
+        if create and job.fleet_id and job.status in ("assigned", "in_progress", "completed"):
+            from fleets.models import Assignment
+
+            Assignment.objects.create(job=job, fleet_id=job.fleet_id, site_id=job.site_id)

@@ -170,3 +170,12 @@ def test_a_presigned_get_works_then_expires():
     with pytest.raises(HTTPError) as refused:
         urllib.request.urlopen(url, timeout=10)
     assert refused.value.code == 403
+
+
+def test_a_server_side_copy_keeps_the_bytes_and_the_source_can_change_later():
+    storage.put_bytes(key="k/src", data=b"original")
+    storage.copy(source_key="k/src", dest_key="k/dst")
+    storage.put_bytes(key="k/src", data=b"changed!")
+    assert storage.object_sha256("k/dst") == sha256(b"original")
+    with pytest.raises(storage.ObjectMissing):
+        storage.copy(source_key="k/none", dest_key="k/x")

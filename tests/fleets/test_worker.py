@@ -6,30 +6,20 @@ subprocess pointed at pytest's test database; tests use transaction=True so thei
 committed and visible to it. Every wait is bounded; workers are always killed at teardown.
 """
 
-import contextlib
-import os
 import random
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
-import uuid
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
-from django.db import connection
-from kombu import Queue
 
 from fleets import services, webhooks
 from fleets.models import Assignment, Job, Offer, WebhookDelivery
-from marketplace.celery import app
 from marketplace.models import Organization
 from orders.models import Order
 from orders.services import order_mark_paid
+from tests.celery_worker import wait_for
 from tests.factories import FleetFactory, OrderFactory, equipped_site
 
 pytestmark = [
@@ -37,153 +27,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.django_db(transaction=True),
 ]
-
-ROOT = Path(__file__).resolve().parents[2]
-CELERY = Path(sys.executable).with_name("celery")
-RABBIT = ("127.0.0.1", 5672)
-
-
-def _rabbitmqctl(*args: str) -> None:
-    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
-
-
-@pytest.fixture(scope="session")
-def broker_url():
-    try:
-        socket.create_connection(RABBIT, timeout=3).close()
-    except OSError:
-        pytest.fail("RabbitMQ is not reachable on 127.0.0.1:5672 (.ci/run starts it).")
-    vhost = f"mk_fleets_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    _rabbitmqctl("add_vhost", vhost)
-    _rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
-    yield f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
-    _rabbitmqctl("delete_vhost", vhost)  # drops the vhost's queues and messages
-
-
-@pytest.fixture
-def publish_to(broker_url):
-    """Make this (test) process publish tasks to the test vhost, really (not eagerly)."""
-    saved = app.conf.broker_url, app.conf.task_always_eager
-
-    def reset_pools():
-        app._pool = None
-        with contextlib.suppress(AttributeError):
-            app.amqp._producer_pool = None
-
-    app.conf.broker_url = broker_url
-    app.conf.task_always_eager = False
-    reset_pools()
-    with app.connection_for_write() as conn:
-        conn.ensure_connection(max_retries=3)
-        # Start from empty queues: a declared-but-unconsumed queue keeps nothing from before.
-        for name in ("dispatch", "default"):
-            queue = Queue(name)(conn.default_channel)  # declared as Celery declares it
-            queue.declare()
-            queue.purge()
-    yield broker_url
-    app.conf.broker_url, app.conf.task_always_eager = saved
-    reset_pools()
-
-
-class Worker:
-    """`celery -A marketplace worker -Q dispatch --pool prefork -c 2`, in its own process group."""
-
-    def __init__(self, broker_url: str, log_dir: Path, extra_env: dict | None = None):
-        db = connection.settings_dict
-        self.env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "marketplace.settings",
-            "DATABASE_URL": (
-                f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
-                f"/{db['NAME']}"
-            ),
-            "DATABASE_CONN_MAX_AGE": "0",
-            "CELERY_BROKER_URL": broker_url,
-            "CELERY_TASK_ALWAYS_EAGER": "false",
-            **(extra_env or {}),
-        }
-        self.log_dir = log_dir
-        self.process: subprocess.Popen | None = None
-        self.starts = 0
-
-    def start(self, timeout: float = 90) -> None:
-        self.starts += 1
-        self.log = self.log_dir / f"worker-{self.starts}.log"
-        handle = self.log.open("wb")
-        self.process = subprocess.Popen(
-            [
-                str(CELERY),
-                "-A",
-                "marketplace",
-                "worker",
-                "-Q",
-                "dispatch",
-                "--pool",
-                "prefork",
-                "-c",
-                "2",
-                "-n",
-                f"fleets-test-{uuid.uuid4().hex[:8]}@%h",
-                "--without-gossip",
-                "--without-mingle",
-                "--loglevel",
-                "INFO",
-            ],
-            cwd=ROOT,
-            env=self.env,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        handle.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if b" ready." in self.log.read_bytes():
-                return
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.2)
-        self.stop()
-        raise AssertionError(f"worker did not start:\n{self.log.read_text()[-3000:]}")
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group (main process and pool children), no goodbye."""
-        if self.process and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-
-@pytest.fixture
-def make_worker(publish_to, tmp_path):
-    workers: list[Worker] = []
-
-    def make(**extra_env) -> Worker:
-        worker = Worker(publish_to, tmp_path, {k: str(v) for k, v in extra_env.items()})
-        workers.append(worker)
-        return worker
-
-    yield make
-    for worker in workers:
-        worker.stop()
-        worker.kill()
-
-
-def wait_for(predicate, timeout: float, what: str, step: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 class FlakyReceiver:

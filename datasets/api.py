@@ -1,0 +1,272 @@
+"""REST API for episodes (fleets) and coverage (customers). Thin: rules live in services."""
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import generics, serializers, status
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from datasets import selectors, services
+from datasets.models import Episode
+from fleets.api import FleetApi
+from marketplace.errors import NotFound
+from marketplace.idempotency import idempotent_response
+from marketplace.permissions import IsCustomer
+from marketplace.tenancy import caller_for_request
+from marketplace.throttling import CallerRateThrottle
+from orders.selectors import order_list
+
+# --- Fleets: episodes ------------------------------------------------------------------------
+
+
+class EpisodeRegisterSerializer(serializers.Serializer):
+    site = serializers.UUIDField()
+    robot = serializers.UUIDField()
+    operator = serializers.CharField(max_length=64, help_text="A pseudonym, never a name.")
+    task_instruction = serializers.CharField(max_length=500)
+    success = serializers.BooleanField(help_text="The operator's label: did the task succeed?")
+    fps = serializers.IntegerField(min_value=1, max_value=1000)
+    size_bytes = serializers.IntegerField(min_value=1)
+    sha256 = serializers.RegexField(r"^[0-9a-f]{64}$", help_text="SHA-256 of the file, hex.")
+    objects_handled = serializers.ListField(
+        child=serializers.CharField(max_length=100), required=False, default=list, max_length=50
+    )
+
+    def to_registration(self) -> services.EpisodeRegistration:
+        data = self.validated_data
+        return services.EpisodeRegistration(
+            site_id=data["site"],
+            robot_id=data["robot"],
+            operator=data["operator"],
+            task_instruction=data["task_instruction"],
+            success=data["success"],
+            fps=data["fps"],
+            size_bytes=data["size_bytes"],
+            sha256=data["sha256"],
+            objects_handled=tuple(data["objects_handled"]),
+        )
+
+
+UPLOAD_METHODS = [("single", "One PUT"), ("multipart", "Parts, then complete")]
+
+
+class UploadPartSerializer(serializers.Serializer):
+    part_number = serializers.IntegerField()
+    url = serializers.URLField()
+    headers = serializers.DictField(child=serializers.CharField())
+
+
+class UploadSerializer(serializers.Serializer):
+    method = serializers.ChoiceField(choices=UPLOAD_METHODS)
+    expires_at = serializers.DateTimeField()
+    url = serializers.CharField(allow_blank=True, help_text="single: PUT the file here.")
+    headers = serializers.DictField(
+        child=serializers.CharField(), allow_null=True, help_text="single: send exactly these."
+    )
+    part_size = serializers.IntegerField(
+        help_text="multipart: bytes per part (the last is shorter)."
+    )
+    parts = UploadPartSerializer(many=True)
+
+
+class QAFailureSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+
+
+class EpisodeSerializer(serializers.ModelSerializer):
+    job = serializers.UUIDField(source="job_id", read_only=True)
+    site = serializers.UUIDField(source="site_id", read_only=True)
+    robot = serializers.UUIDField(source="robot_id", read_only=True)
+    qa_failures = QAFailureSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Episode
+        fields = [
+            "id",
+            "job",
+            "site",
+            "robot",
+            "operator",
+            "task_instruction",
+            "success",
+            "objects_handled",
+            "fps",
+            "size_bytes",
+            "sha256",
+            "status",
+            "qa_failures",
+            "frames",
+            "duration_seconds",
+            "created_at",
+            "uploaded_at",
+            "decided_at",
+        ]
+        read_only_fields = fields
+
+
+class EpisodeRegisteredSerializer(EpisodeSerializer):
+    upload = UploadSerializer(read_only=True)
+
+    class Meta(EpisodeSerializer.Meta):
+        fields = [*EpisodeSerializer.Meta.fields, "upload"]
+        read_only_fields = fields
+
+
+def _upload_json(instructions: services.UploadInstructions) -> dict:
+    return UploadSerializer(
+        {
+            "method": instructions.method,
+            "expires_at": instructions.expires_at,
+            "url": instructions.url,
+            "headers": instructions.headers,
+            "part_size": instructions.part_size,
+            "parts": [
+                {"part_number": p.part_number, "url": p.url, "headers": p.headers}
+                for p in instructions.parts
+            ],
+        }
+    ).data
+
+
+@extend_schema_view(
+    get=extend_schema(summary="Episodes of a job you hold, with their QA status and reasons"),
+    post=extend_schema(
+        summary="Register an episode and get where to upload it",
+        request=EpisodeRegisterSerializer,
+        responses={201: EpisodeRegisteredSerializer},
+        parameters=[
+            OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False)
+        ],
+    ),
+)
+class JobEpisodeListCreate(FleetApi, generics.ListAPIView):
+    serializer_class = EpisodeSerializer
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # schema generation
+            return Episode.objects.none()
+        return selectors.episodes_of_fleet(organization=self.organization).filter(
+            job_id=self.kwargs["job_id"]
+        )
+
+    def post(self, request, job_id):
+        organization = self.organization
+
+        def register() -> Response:
+            serializer = EpisodeRegisterSerializer(data=request.data)
+            serializer.is_valid(raise_exception=True)
+            episode, instructions = services.episode_register(
+                organization=organization, job_id=job_id, registration=serializer.to_registration()
+            )
+            body = EpisodeSerializer(episode).data | {"upload": _upload_json(instructions)}
+            return Response(body, status=status.HTTP_201_CREATED)
+
+        return idempotent_response(
+            request=request,
+            organization=organization,
+            scope=f"episodes.register:{job_id}",
+            handler=register,
+        )
+
+
+class EpisodeDetail(FleetApi, generics.RetrieveAPIView):
+    serializer_class = EpisodeSerializer
+
+    def get_queryset(self):
+        return selectors.episodes_of_fleet(organization=self.organization)
+
+
+class EpisodeRenewUpload(FleetApi, APIView):
+    @extend_schema(
+        request=None, responses=UploadSerializer, summary="New upload URL(s) to a fresh key"
+    )
+    def post(self, request, pk):
+        instructions = services.episode_renew_upload(organization=self.organization, episode_id=pk)
+        return Response(_upload_json(instructions))
+
+
+class CompletedPartSerializer(serializers.Serializer):
+    part_number = serializers.IntegerField(min_value=1, max_value=10000)
+    etag = serializers.CharField(max_length=200)
+
+
+class EpisodeCompleteSerializer(serializers.Serializer):
+    parts = CompletedPartSerializer(many=True, required=False, max_length=10000)
+
+
+class EpisodeComplete(FleetApi, APIView):
+    @extend_schema(
+        request=EpisodeCompleteSerializer,
+        responses=EpisodeSerializer,
+        summary="The bytes are uploaded: queue QA (multipart: send the parts' ETags)",
+    )
+    def post(self, request, pk):
+        serializer = EpisodeCompleteSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        episode = services.episode_complete(
+            organization=self.organization,
+            episode_id=pk,
+            parts=serializer.validated_data.get("parts"),
+        )
+        return Response(EpisodeSerializer(episode).data)
+
+
+# --- Customers: coverage ---------------------------------------------------------------------
+
+
+class EnvironmentCoverageSerializer(serializers.Serializer):
+    site = serializers.UUIDField()
+    site_name = serializers.CharField()
+    site_kind = serializers.CharField()
+    accepted_hours = serializers.DecimalField(max_digits=12, decimal_places=3)
+    target_hours = serializers.DecimalField(max_digits=12, decimal_places=2, allow_null=True)
+    episodes = serializers.IntegerField()
+
+
+class SiteKindCoverageSerializer(serializers.Serializer):
+    site_kind = serializers.CharField()
+    accepted_hours = serializers.DecimalField(max_digits=12, decimal_places=3)
+    sites = serializers.IntegerField()
+
+
+class OperatorFiguresSerializer(serializers.Serializer):
+    operator = serializers.CharField()
+    episodes_checked = serializers.IntegerField()
+    episodes_accepted = serializers.IntegerField()
+    acceptance_rate = serializers.FloatField()
+    success_rate = serializers.FloatField(allow_null=True)
+    accepted_hours = serializers.DecimalField(max_digits=12, decimal_places=3)
+    mean_episode_seconds = serializers.DecimalField(
+        max_digits=12, decimal_places=1, allow_null=True
+    )
+
+
+class CoverageSerializer(serializers.Serializer):
+    ordered_hours = serializers.DecimalField(max_digits=12, decimal_places=2)
+    accepted_hours = serializers.DecimalField(max_digits=12, decimal_places=3)
+    environments_ordered = serializers.IntegerField()
+    environments = EnvironmentCoverageSerializer(many=True)
+    site_kinds = SiteKindCoverageSerializer(many=True)
+    objects = serializers.ListField(child=serializers.CharField())
+    operators = OperatorFiguresSerializer(many=True)
+    episodes = serializers.DictField(child=serializers.IntegerField())
+    qa_rejections = serializers.DictField(child=serializers.IntegerField())
+    success_rate = serializers.FloatField(allow_null=True)
+
+
+class OrderCoverage(APIView):
+    permission_classes = [IsAuthenticated, IsCustomer]
+    throttle_classes = [CallerRateThrottle]
+
+    @extend_schema(
+        responses=CoverageSerializer,
+        summary="Coverage of an order: hours per environment, operators, QA",
+    )
+    def get(self, request, pk):
+        order = (
+            order_list(organization=caller_for_request(request).organization).filter(pk=pk).first()
+        )
+        if order is None:
+            raise NotFound("Order not found.")
+        return Response(CoverageSerializer(selectors.order_coverage(order=order)).data)

@@ -1,0 +1,75 @@
+"""Episodes: what fleets record, upload straight to object storage, and QA decides on."""
+
+import uuid
+from decimal import Decimal
+
+from django.db import models
+
+from fleets.models import Fleet, Job, Robot, Site
+from orders.models import Order
+
+
+class Episode(models.Model):
+    class Status(models.TextChoices):
+        REGISTERED = "registered", "Registered (waiting for the upload)"
+        UPLOADED = "uploaded", "Uploaded (QA queued)"
+        ACCEPTED = "accepted", "Accepted"
+        REJECTED = "rejected", "Rejected"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="episodes")
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="episodes")
+    fleet = models.ForeignKey(Fleet, on_delete=models.PROTECT, related_name="episodes")
+    site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="episodes")
+    robot = models.ForeignKey(Robot, on_delete=models.PROTECT, related_name="episodes")
+    operator = models.CharField(max_length=64)  # a pseudonym, never a person's name
+    task_instruction = models.CharField(max_length=500)
+    success = models.BooleanField()
+    objects_handled = models.JSONField(default=list, blank=True)
+    fps = models.PositiveSmallIntegerField()
+    size_bytes = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64)
+
+    # Where the bytes are. `upload_key` is fresh for every upload URL handed out; on completion
+    # QA first copies it to `stored_key`, for which no upload URL ever exists, so nothing a
+    # fleet sends later can change what was checked and accepted.
+    upload_key = models.CharField(max_length=400)
+    multipart_upload_id = models.CharField(max_length=400, blank=True)
+    stored_key = models.CharField(max_length=400, blank=True)
+
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.REGISTERED)
+    qa_failures = models.JSONField(default=list, blank=True)  # [{"code", "message"}]
+    qa_bytes_read = models.BigIntegerField(null=True, blank=True)
+    qa_runs = models.PositiveIntegerField(default=0)
+    frames = models.PositiveIntegerField(null=True, blank=True)
+    duration_seconds = models.DecimalField(max_digits=12, decimal_places=3, null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    uploaded_at = models.DateTimeField(null=True, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(size_bytes__gt=0), name="episode_size_positive"
+            ),
+            models.CheckConstraint(condition=models.Q(fps__gt=0), name="episode_fps_positive"),
+            models.CheckConstraint(
+                condition=~models.Q(status="accepted")
+                | models.Q(duration_seconds__gt=0, frames__gt=0),
+                name="episode_accepted_has_duration",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["order", "status"]),
+            models.Index(fields=["job", "status"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"Episode {self.id} ({self.status})"
+
+    @property
+    def accepted_seconds(self) -> Decimal:
+        if self.status == self.Status.ACCEPTED and self.duration_seconds is not None:
+            return self.duration_seconds
+        return Decimal("0")

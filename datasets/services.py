@@ -1,0 +1,325 @@
+"""Writes for episodes: registration, upload URLs, completion, QA decisions and accrual.
+
+Locks are taken in the order episode -> order -> job (fleets takes order -> job), so
+concurrent QA decisions on one order serialize on the order row and never lose an update.
+"""
+
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import ROUND_DOWN, Decimal
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from datasets import storage
+from datasets.models import Episode
+from datasets.qa import EpisodeExpectation, QAResult, check_stored_episode
+from fleets import services as fleet_services
+from fleets.models import Job, Robot
+from marketplace.errors import Conflict, NotFound, ServiceError
+from marketplace.models import Organization
+from orders.models import Order
+from orders.services import order_transition
+
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+OPERATOR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+WORKING_JOB_STATES = (Job.Status.ASSIGNED, Job.Status.IN_PROGRESS)
+SYSTEM = "system:qa"
+
+
+def _invalid(field_name: str, message: str, code: str = "invalid") -> ServiceError:
+    return ServiceError(message, code=code, fields={field_name: [message]})
+
+
+@dataclass(frozen=True)
+class EpisodeRegistration:
+    site_id: uuid.UUID
+    robot_id: uuid.UUID
+    operator: str
+    task_instruction: str
+    success: bool
+    fps: int
+    size_bytes: int
+    sha256: str
+    objects_handled: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class UploadPart:
+    part_number: int
+    url: str
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class UploadInstructions:
+    """How to send the bytes: one PUT, or multipart parts then `complete` with their ETags."""
+
+    method: str  # "single" or "multipart"
+    expires_at: datetime
+    url: str = ""
+    headers: dict | None = None
+    part_size: int = 0
+    parts: tuple[UploadPart, ...] = ()
+
+
+def _upload_key(episode: Episode) -> str:
+    attempt = uuid.uuid4().hex[:12]
+    return (
+        f"orders/{episode.order_id}/jobs/{episode.job_id}/episodes/{episode.id}/"
+        f"upload-{attempt}.parquet"
+    )
+
+
+def stored_key_for(episode: Episode) -> str:
+    return f"orders/{episode.order_id}/jobs/{episode.job_id}/episodes/{episode.id}/episode.parquet"
+
+
+def _validate(registration: EpisodeRegistration) -> None:
+    if not OPERATOR.match(registration.operator or ""):
+        raise _invalid("operator", "A pseudonym of 1-64 letters, digits, '.', '_' or '-'.")
+    if not (registration.task_instruction or "").strip():
+        raise _invalid("task_instruction", "Say what the operator was asked to do.")
+    if not (1 <= registration.fps <= settings.EPISODE_MAX_FPS):
+        raise _invalid("fps", f"Between 1 and {settings.EPISODE_MAX_FPS}.")
+    if not (1 <= registration.size_bytes <= settings.EPISODE_MAX_BYTES):
+        raise _invalid("size_bytes", f"Between 1 and {settings.EPISODE_MAX_BYTES} bytes.")
+    if not SHA256_HEX.match(registration.sha256 or ""):
+        raise _invalid("sha256", "64 lowercase hexadecimal characters (SHA-256 of the file).")
+    if len(registration.objects_handled) > 50 or any(
+        not (1 <= len(name) <= 100) for name in registration.objects_handled
+    ):
+        raise _invalid("objects_handled", "Up to 50 object names of 1-100 characters.")
+
+
+def episode_register(
+    *, organization: Organization, job_id, registration: EpisodeRegistration
+) -> tuple[Episode, UploadInstructions]:
+    """A fleet announces an episode of a job it holds and gets where to upload it."""
+    _validate(registration)
+    job = (
+        Job.objects.select_related("fleet", "site")
+        .filter(pk=job_id, fleet__organization=organization)
+        .first()
+    )
+    if job is None:
+        raise NotFound("Job not found.")
+    if job.status not in WORKING_JOB_STATES:
+        raise Conflict(
+            f"Episodes are taken only for assigned jobs; this one is {job.status}.",
+            code="job_not_active",
+        )
+    if registration.site_id != job.site_id:
+        raise _invalid("site", "Episodes of this job are collected at the job's site.")
+    robot = Robot.objects.filter(pk=registration.robot_id, site_id=job.site_id).first()
+    if robot is None:
+        raise _invalid("robot", "Not a robot of the job's site.")
+    if robot.embodiment_id != job.embodiment_id:
+        raise _invalid("robot", "This robot's embodiment is not the one the order asks for.")
+    with transaction.atomic():
+        # Registering is also a heartbeat: the job is being worked on.
+        fleet_services.job_report_progress(organization=organization, job_id=job.id)
+        episode = Episode(
+            job=job,
+            order_id=job.order_id,
+            fleet_id=job.fleet_id,
+            site_id=job.site_id,
+            robot=robot,
+            operator=registration.operator,
+            task_instruction=registration.task_instruction.strip(),
+            success=registration.success,
+            objects_handled=sorted(set(registration.objects_handled)),
+            fps=registration.fps,
+            size_bytes=registration.size_bytes,
+            sha256=registration.sha256,
+        )
+        episode.upload_key = _upload_key(episode)
+        instructions = _upload_instructions(episode)
+        episode.save(force_insert=True)
+    return episode, instructions
+
+
+def _upload_instructions(episode: Episode) -> UploadInstructions:
+    expires_in = settings.S3_UPLOAD_URL_EXPIRY_SECONDS
+    expires_at = timezone.now() + timezone.timedelta(seconds=expires_in)
+    if episode.size_bytes < settings.EPISODE_MULTIPART_THRESHOLD_BYTES:
+        request = storage.presigned_put(
+            key=episode.upload_key,
+            content_length=episode.size_bytes,
+            sha256_hex=episode.sha256,
+            expires_in=expires_in,
+        )
+        episode.multipart_upload_id = ""
+        return UploadInstructions(
+            method="single", expires_at=expires_at, url=request.url, headers=request.headers
+        )
+    part_size = settings.EPISODE_MULTIPART_PART_BYTES
+    episode.multipart_upload_id = storage.multipart_start(key=episode.upload_key)
+    parts = []
+    for index, start in enumerate(range(0, episode.size_bytes, part_size), start=1):
+        length = min(part_size, episode.size_bytes - start)
+        request = storage.presigned_part_put(
+            key=episode.upload_key,
+            upload_id=episode.multipart_upload_id,
+            part_number=index,
+            content_length=length,
+            expires_in=expires_in,
+        )
+        parts.append(UploadPart(part_number=index, url=request.url, headers=request.headers))
+    return UploadInstructions(
+        method="multipart", expires_at=expires_at, part_size=part_size, parts=tuple(parts)
+    )
+
+
+def _own_episode_locked(*, organization: Organization, episode_id) -> Episode:
+    episode = (
+        Episode.objects.select_for_update()
+        .filter(pk=episode_id, fleet__organization=organization)
+        .first()
+    )
+    if episode is None:
+        raise NotFound("Episode not found.")
+    return episode
+
+
+def episode_renew_upload(*, organization: Organization, episode_id) -> UploadInstructions:
+    """New upload URL(s), to a fresh key, while the episode still waits for its bytes."""
+    with transaction.atomic():
+        episode = _own_episode_locked(organization=organization, episode_id=episode_id)
+        if episode.status != Episode.Status.REGISTERED:
+            raise Conflict(
+                f"This episode is {episode.status}: its file can no longer change.",
+                code="episode_not_awaiting_upload",
+            )
+        episode.upload_key = _upload_key(episode)
+        instructions = _upload_instructions(episode)
+        episode.save(update_fields=["upload_key", "multipart_upload_id"])
+    return instructions
+
+
+def episode_complete(
+    *, organization: Organization, episode_id, parts: list[dict] | None = None
+) -> Episode:
+    """The fleet says the bytes are up: finish a multipart upload if any, queue QA."""
+    with transaction.atomic():
+        episode = _own_episode_locked(organization=organization, episode_id=episode_id)
+        if episode.status != Episode.Status.REGISTERED:
+            return episode  # completing twice is harmless
+        if episode.multipart_upload_id:
+            if not parts:
+                raise _invalid("parts", "A multipart upload completes with its parts and ETags.")
+            try:
+                storage.multipart_complete(
+                    key=episode.upload_key,
+                    upload_id=episode.multipart_upload_id,
+                    parts=[{"PartNumber": p["part_number"], "ETag": p["etag"]} for p in parts],
+                )
+            except storage.StorageError as exc:
+                raise _invalid(
+                    "parts", f"The storage refused to complete the upload: {exc}"
+                ) from exc
+        episode.status = Episode.Status.UPLOADED
+        episode.uploaded_at = timezone.now()
+        episode.save(update_fields=["status", "uploaded_at"])
+        transaction.on_commit(lambda: _enqueue_qa(episode.id))
+    return episode
+
+
+def _enqueue_qa(episode_id) -> None:
+    from datasets import tasks
+
+    tasks.qa_episode.delay(str(episode_id))
+
+
+# --- QA --------------------------------------------------------------------------------------
+
+
+def episode_expectation(episode: Episode) -> EpisodeExpectation:
+    return EpisodeExpectation(
+        size=episode.size_bytes,
+        sha256_hex=episode.sha256,
+        fps=episode.fps,
+        action_dim=episode.job.embodiment.action_dim,
+        min_duration_seconds=settings.EPISODE_MIN_SECONDS,
+        max_duration_seconds=settings.EPISODE_MAX_SECONDS,
+    )
+
+
+def episode_run_qa(*, episode_id) -> Episode:
+    """Check an uploaded episode and record the decision. Safe to run again at any time."""
+    episode = Episode.objects.select_related("job__embodiment").get(pk=episode_id)
+    if episode.status != Episode.Status.UPLOADED:
+        return episode
+    stored_key = stored_key_for(episode)
+    if not storage.exists(stored_key):
+        try:
+            storage.copy(source_key=episode.upload_key, dest_key=stored_key)
+        except storage.ObjectMissing:
+            result = QAResult()
+            result.fail("object_missing", "No file was uploaded for this episode.")
+            return episode_record_qa(episode_id=episode.id, result=result, stored_key="")
+    result = check_stored_episode(stored_key, episode_expectation(episode))
+    return episode_record_qa(episode_id=episode.id, result=result, stored_key=stored_key)
+
+
+def episode_record_qa(*, episode_id, result: QAResult, stored_key: str) -> Episode:
+    """Lock, check it is still undecided, record; accepted time accrues to job and order."""
+    with transaction.atomic():
+        episode = Episode.objects.select_for_update().get(pk=episode_id)
+        if episode.status != Episode.Status.UPLOADED:
+            return episode
+        episode.qa_runs += 1
+        episode.qa_failures = [failure.as_json() for failure in result.failures]
+        episode.qa_bytes_read = result.bytes_read + result.checksum_bytes_read
+        episode.frames = result.frames or None
+        episode.stored_key = stored_key
+        episode.decided_at = timezone.now()
+        if not result.passed:
+            episode.status = Episode.Status.REJECTED
+            episode.save()
+            return episode
+        episode.status = Episode.Status.ACCEPTED
+        episode.duration_seconds = result.duration_seconds
+        episode.save()
+        _accrue(episode)
+    return episode
+
+
+def _accrue(episode: Episode) -> None:
+    """Add an accepted episode's time to its order and job (both rows locked here)."""
+    seconds = episode.duration_seconds
+    order = Order.objects.select_for_update().get(pk=episode.order_id)
+    job = Job.objects.select_for_update().get(pk=episode.job_id)
+    order.accepted_seconds += seconds
+    order.accepted_hours = (order.accepted_seconds / 3600).quantize(
+        Decimal("0.01"), rounding=ROUND_DOWN
+    )
+    order.save(update_fields=["accepted_seconds", "accepted_hours", "updated_at"])
+    job.accepted_seconds += seconds
+    job.save(update_fields=["accepted_seconds", "updated_at"])
+    if job.status in WORKING_JOB_STATES and job.accepted_seconds >= job.target_hours * 3600:
+        fleet_services.job_transition(
+            job_id=job.id,
+            to_status=Job.Status.COMPLETED,
+            reason=f"{job.accepted_seconds} s accepted of {job.target_hours} h.",
+            actor_label=SYSTEM,
+        )
+        _advance_order_if_collected(order)
+
+
+def _advance_order_if_collected(order: Order) -> None:
+    """All jobs of the current phase complete: the order goes to review (pilot or full)."""
+    if order.status != Order.Status.IN_COLLECTION:
+        return
+    jobs = Job.objects.filter(order=order).exclude(status=Job.Status.CANCELLED)
+    pending = jobs.exclude(status__in=[Job.Status.COMPLETED, Job.Status.HELD])
+    if pending.exists():
+        return
+    held = jobs.filter(status=Job.Status.HELD).exists()
+    reason = "Pilot collected; waiting for its review." if held else "All jobs collected."
+    order_transition(
+        order_id=order.id, to_status=Order.Status.IN_REVIEW, actor_label=SYSTEM, reason=reason
+    )

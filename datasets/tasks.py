@@ -1,0 +1,41 @@
+"""Celery tasks for episodes (queue "qa", see marketplace/celery.py). They take ids, are safe
+to run twice (QA records a decision only once), run with acks_late so a task whose worker
+dies is redelivered, and retry transient database and storage errors with backoff."""
+
+from datetime import timedelta
+
+from celery import shared_task
+from django.conf import settings
+from django.db import InterfaceError, OperationalError
+from django.utils import timezone
+
+from datasets import services, storage
+from datasets.models import Episode
+
+TRANSIENT = (OperationalError, InterfaceError, storage.StorageError)
+COMMON = {
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "autoretry_for": TRANSIENT,
+    "retry_backoff": 2,
+    "retry_backoff_max": 300,
+    "retry_jitter": True,
+    "max_retries": 10,
+}
+
+
+@shared_task(**COMMON)
+def qa_episode(episode_id: str) -> str:
+    return services.episode_run_qa(episode_id=episode_id).status
+
+
+@shared_task(**COMMON)
+def qa_sweep() -> int:
+    """celery beat: re-queue QA of episodes uploaded long ago and still undecided (a lost
+    message, a worker that died past its retries). Returns how many were re-queued."""
+    cutoff = timezone.now() - timedelta(seconds=settings.EPISODE_QA_STALE_SECONDS)
+    stale = Episode.objects.filter(status=Episode.Status.UPLOADED, uploaded_at__lt=cutoff)
+    ids = list(stale.values_list("id", flat=True)[:1000])
+    for episode_id in ids:
+        qa_episode.delay(str(episode_id))
+    return len(ids)

@@ -1,0 +1,22 @@
+from django.urls import path
+
+from datasets import api
+
+# Mounted under /api/v1/fleet/ (fleet-operator keys).
+fleet_urlpatterns = [
+    path(
+        "jobs/<uuid:job_id>/episodes", api.JobEpisodeListCreate.as_view(), name="fleet-episode-list"
+    ),
+    path("episodes/<uuid:pk>", api.EpisodeDetail.as_view(), name="fleet-episode-detail"),
+    path(
+        "episodes/<uuid:pk>/upload", api.EpisodeRenewUpload.as_view(), name="fleet-episode-upload"
+    ),
+    path(
+        "episodes/<uuid:pk>/complete", api.EpisodeComplete.as_view(), name="fleet-episode-complete"
+    ),
+]
+
+# Mounted under /api/v1/ (customer keys).
+urlpatterns = [
+    path("orders/<uuid:pk>/coverage", api.OrderCoverage.as_view(), name="order-coverage"),
+]
