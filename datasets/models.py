@@ -73,3 +73,97 @@ class Episode(models.Model):
         if self.status == self.Status.ACCEPTED and self.duration_seconds is not None:
             return self.duration_seconds
         return Decimal("0")
+
+
+class Delivery(models.Model):
+    """A LeRobot v3.0 dataset assembled in storage under `prefix`, for a pilot or the order."""
+
+    class Kind(models.TextChoices):
+        PILOT = "pilot", "Pilot"
+        FULL = "full", "Full dataset"
+
+    class Status(models.TextChoices):
+        ASSEMBLING = "assembling", "Assembling"
+        READY = "ready", "Ready"
+        FAILED = "failed", "Failed"
+
+    class Review(models.TextChoices):
+        NOT_NEEDED = "not_needed", "Not needed"
+        PENDING = "pending", "Waiting for the customer"
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="deliveries")
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.ASSEMBLING)
+    prefix = models.CharField(max_length=300)
+    episodes = models.PositiveIntegerField(default=0)
+    frames = models.PositiveBigIntegerField(default=0)
+    seconds = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal("0"))
+    failure_reason = models.TextField(blank=True)
+    review = models.CharField(max_length=20, choices=Review.choices, default=Review.NOT_NEEDED)
+    review_reason = models.TextField(blank=True)
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    ready_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            # One live delivery per order and kind; a failed one may be followed by another.
+            models.UniqueConstraint(
+                fields=["order", "kind"],
+                condition=~models.Q(status="failed"),
+                name="delivery_one_live_per_kind",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} delivery {self.id} ({self.status})"
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None
+
+
+class DeliveryFile(models.Model):
+    delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="files")
+    path = models.CharField(max_length=300)  # relative to the delivery's prefix
+    size_bytes = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64, blank=True)  # blank only for manifest.json itself
+
+    class Meta:
+        ordering = ["path"]
+        constraints = [
+            models.UniqueConstraint(fields=["delivery", "path"], name="delivery_file_unique")
+        ]
+
+    def __str__(self) -> str:
+        return self.path
+
+
+class DownloadEvent(models.Model):
+    """Every signed link handed out: who, what, when, from where. Append-only."""
+
+    delivery = models.ForeignKey(Delivery, on_delete=models.PROTECT, related_name="downloads")
+    path = models.CharField(max_length=300)
+    actor_label = models.CharField(max_length=200)
+    user = models.ForeignKey(
+        "marketplace.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    api_key = models.ForeignKey(
+        "marketplace.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    ip_address = models.GenericIPAddressField(null=True, blank=True)
+    user_agent = models.CharField(max_length=300, blank=True)
+    link_expires_at = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.actor_label} {self.path} {self.created_at:%Y-%m-%d %H:%M}"

@@ -5,22 +5,28 @@ concurrent QA decisions on one order serialize on the order row and never lose a
 """
 
 import re
+import tempfile
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import ROUND_DOWN, Decimal
+from pathlib import Path
 
 from django.conf import settings
+from django.core.mail import mail_admins, send_mail
 from django.db import transaction
 from django.utils import timezone
 
 from datasets import storage
-from datasets.models import Episode
+from datasets.lerobot import LeRobotWriter
+from datasets.models import Delivery, DeliveryFile, DownloadEvent, Episode
+from datasets.packaging import DatasetCardFacts, Provenance, upload_tree, write_delivery_files
 from datasets.qa import EpisodeExpectation, QAResult, check_stored_episode
 from fleets import services as fleet_services
 from fleets.models import Job, Robot
 from marketplace.errors import Conflict, NotFound, ServiceError
-from marketplace.models import Organization
+from marketplace.models import Membership, Organization
+from marketplace.tenancy import Caller
 from orders.models import Order
 from orders.services import order_transition
 
@@ -114,6 +120,15 @@ def episode_register(
         )
     if registration.site_id != job.site_id:
         raise _invalid("site", "Episodes of this job are collected at the job's site.")
+    # One dataset has one frame rate: the order's first episode sets it.
+    other_fps = (
+        Episode.objects.filter(order_id=job.order_id)
+        .exclude(fps=registration.fps)
+        .values_list("fps", flat=True)
+        .first()
+    )
+    if other_fps is not None:
+        raise _invalid("fps", f"This order's episodes are recorded at {other_fps} fps.")
     robot = Robot.objects.filter(pk=registration.robot_id, site_id=job.site_id).first()
     if robot is None:
         raise _invalid("robot", "Not a robot of the job's site.")
@@ -323,3 +338,330 @@ def _advance_order_if_collected(order: Order) -> None:
     order_transition(
         order_id=order.id, to_status=Order.Status.IN_REVIEW, actor_label=SYSTEM, reason=reason
     )
+    delivery_start(order_id=order.id, kind=Delivery.Kind.PILOT if held else Delivery.Kind.FULL)
+
+
+# --- Deliveries -------------------------------------------------------------------------------
+
+
+def delivery_start(*, order_id, kind: str) -> Delivery:
+    """Open (once) the delivery of an order's pilot or full dataset; assembly runs after commit."""
+    with transaction.atomic():
+        order = Order.objects.select_for_update().get(pk=order_id)
+        existing = (
+            Delivery.objects.filter(order=order, kind=kind)
+            .exclude(status=Delivery.Status.FAILED)
+            .first()
+        )
+        if existing is not None:
+            return existing
+        delivery = Delivery(order=order, kind=kind)
+        delivery.prefix = f"deliveries/{order.id}/{delivery.id}"
+        if kind == Delivery.Kind.PILOT:
+            delivery.review = Delivery.Review.PENDING
+        delivery.save(force_insert=True)
+        transaction.on_commit(lambda: _enqueue("delivery_assemble", delivery.id))
+    return delivery
+
+
+def _enqueue(task_name: str, object_id) -> None:
+    from datasets import tasks
+
+    getattr(tasks, task_name).delay(str(object_id))
+
+
+def _delivery_episodes(delivery: Delivery):
+    episodes = Episode.objects.filter(order=delivery.order, status=Episode.Status.ACCEPTED)
+    if delivery.kind == Delivery.Kind.PILOT:
+        episodes = episodes.filter(job__is_pilot=True)
+    return episodes.select_related("site", "fleet").order_by("decided_at", "id")
+
+
+def _card_facts(
+    delivery: Delivery, episodes: list[Episode], frames: int, fps: int
+) -> DatasetCardFacts:
+    order = delivery.order
+    seconds = sum((e.duration_seconds for e in episodes), Decimal(0))
+    decided = Episode.objects.filter(
+        order=order, status__in=[Episode.Status.ACCEPTED, Episode.Status.REJECTED]
+    )
+    rejected = [e for e in decided if e.status == Episode.Status.REJECTED]
+    reasons: dict[str, int] = {}
+    for episode in rejected:
+        for failure in episode.qa_failures:
+            reasons[failure["code"]] = reasons.get(failure["code"], 0) + 1
+    provenance: dict[tuple, list[Episode]] = {}
+    for episode in episodes:
+        provenance.setdefault(
+            (episode.fleet.name, episode.site.name, episode.site.kind), []
+        ).append(episode)
+    return DatasetCardFacts(
+        title=(
+            f"{order.task_type.name}, {order.embodiment.name}"
+            f" ({delivery.get_kind_display().lower()})"
+        ),
+        task=order.task_type.name,
+        embodiment=order.embodiment.name,
+        robot_type=order.embodiment.slug,
+        fps=fps,
+        episodes=len(episodes),
+        frames=frames,
+        hours=(seconds / 3600).quantize(Decimal("0.001")),
+        environments=len({e.site_id for e in episodes}),
+        objects=len({name for e in episodes for name in e.objects_handled}),
+        operators=len({e.operator for e in episodes}),
+        success_rate=sum(e.success for e in episodes) / len(episodes),
+        qa_accepted=len(episodes),
+        qa_rejected=len(rejected),
+        qa_rejections_by_reason=reasons,
+        provenance=tuple(
+            Provenance(
+                fleet=fleet,
+                site=site,
+                site_kind=kind,
+                episodes=len(items),
+                hours=(sum((e.duration_seconds for e in items), Decimal(0)) / 3600).quantize(
+                    Decimal("0.001")
+                ),
+            )
+            for (fleet, site, kind), items in sorted(provenance.items())
+        ),
+        collected_from=min(e.created_at for e in episodes),
+        collected_to=max(e.decided_at for e in episodes),
+        order_id=str(order.id),
+    )
+
+
+def delivery_assemble(*, delivery_id) -> Delivery:
+    """Write the LeRobot v3.0 dataset, card and manifest to storage. Safe to run again: a
+    rerun rewrites the same keys from the same accepted episodes until it is marked ready."""
+    delivery = Delivery.objects.select_related("order__task_type", "order__embodiment").get(
+        pk=delivery_id
+    )
+    if delivery.status != Delivery.Status.ASSEMBLING:
+        return delivery
+    episodes = list(_delivery_episodes(delivery))
+    if not episodes:
+        return _delivery_fail(delivery, "No accepted episodes to deliver.")
+    fps_values = {e.fps for e in episodes}
+    if len(fps_values) > 1:
+        return _delivery_fail(
+            delivery, f"Episodes were recorded at several rates: {sorted(fps_values)}."
+        )
+    fps = fps_values.pop()
+    names = [f"joint_{i}" for i in range(delivery.order.embodiment.action_dim)]
+    with tempfile.TemporaryDirectory(prefix="delivery-") as tmp:
+        root = Path(tmp)
+        writer = LeRobotWriter(
+            root=root,
+            fps=fps,
+            robot_type=delivery.order.embodiment.slug,
+            state_names=names,
+            action_names=names,
+            data_file_size_limit=settings.DELIVERY_DATA_FILE_BYTES,
+        )
+        for episode in episodes:
+            writer.add_episode(
+                storage.RangeReader(episode.stored_key, size=episode.size_bytes),
+                task=episode.task_instruction,
+            )
+        writer.finish()
+        manifest = write_delivery_files(
+            root,
+            _card_facts(delivery, episodes, writer.total_frames, fps),
+            extra={
+                "order": str(delivery.order_id),
+                "delivery": str(delivery.id),
+                "kind": delivery.kind,
+            },
+        )
+        upload_tree(root, delivery.prefix)
+        manifest_size = (root / "manifest.json").stat().st_size
+    return _delivery_ready(delivery, manifest, manifest_size, episodes, writer.total_frames)
+
+
+def _delivery_fail(delivery: Delivery, reason: str) -> Delivery:
+    Delivery.objects.filter(pk=delivery.pk, status=Delivery.Status.ASSEMBLING).update(
+        status=Delivery.Status.FAILED, failure_reason=reason
+    )
+    mail_admins(
+        f"Delivery {delivery.id} failed", f"Order {delivery.order_id}: {reason}", fail_silently=True
+    )
+    delivery.refresh_from_db()
+    return delivery
+
+
+def _delivery_ready(
+    delivery, manifest: dict, manifest_size: int, episodes, frames: int
+) -> Delivery:
+    with transaction.atomic():
+        delivery = Delivery.objects.select_for_update().get(pk=delivery.pk)
+        if delivery.status != Delivery.Status.ASSEMBLING:
+            return delivery
+        DeliveryFile.objects.filter(delivery=delivery).delete()
+        DeliveryFile.objects.bulk_create(
+            [
+                DeliveryFile(
+                    delivery=delivery, path=f["path"], size_bytes=f["size"], sha256=f["sha256"]
+                )
+                for f in manifest["files"]
+            ]
+            + [DeliveryFile(delivery=delivery, path="manifest.json", size_bytes=manifest_size)]
+        )
+        delivery.status = Delivery.Status.READY
+        delivery.ready_at = timezone.now()
+        delivery.episodes = len(episodes)
+        delivery.frames = frames
+        delivery.seconds = sum((e.duration_seconds for e in episodes), Decimal(0))
+        delivery.save()
+        if delivery.kind == Delivery.Kind.FULL:
+            order_transition(
+                order_id=delivery.order_id,
+                to_status=Order.Status.DELIVERED,
+                actor_label=SYSTEM,
+                reason=f"Dataset delivered: {delivery.episodes} episodes, {delivery.seconds} s.",
+            )
+        transaction.on_commit(lambda: _enqueue("delivery_notify", delivery.id))
+    return delivery
+
+
+def delivery_notify(*, delivery_id) -> int:
+    """Tell the customer's owners and members by email that a delivery is ready."""
+    delivery = Delivery.objects.select_related("order__organization").get(pk=delivery_id)
+    recipients = sorted(
+        Membership.objects.filter(organization=delivery.order.organization)
+        .exclude(user__email="")
+        .values_list("user__email", flat=True)
+    )
+    if not recipients:
+        return 0
+    what = "pilot dataset (please review it)" if delivery.kind == Delivery.Kind.PILOT else "dataset"
+    return send_mail(
+        subject=f"Your {what} for order {delivery.order_id} is ready",
+        message=(
+            f"{delivery.episodes} episodes,"
+            f" {(delivery.seconds / 3600).quantize(Decimal('0.01'))} h.\n"
+            f"Download it from the order's page or GET /api/v1/deliveries/{delivery.id}/files."
+        ),
+        from_email=None,
+        recipient_list=recipients,
+        fail_silently=True,
+    )
+
+
+def _customer_delivery(*, organization: Organization, delivery_id, lock: bool = False) -> Delivery:
+    deliveries = Delivery.objects.filter(pk=delivery_id, order__organization=organization)
+    if lock:
+        deliveries = deliveries.select_for_update()
+    delivery = deliveries.first()
+    if delivery is None:
+        raise NotFound("Delivery not found.")
+    return delivery
+
+
+@dataclass(frozen=True)
+class DownloadLink:
+    url: str
+    expires_at: datetime
+    event: DownloadEvent
+
+
+def delivery_download_link(
+    *, caller: Caller, delivery_id, path: str, ip_address: str | None, user_agent: str
+) -> DownloadLink:
+    """A freshly signed GET for one file of a ready, unrevoked delivery, recorded first."""
+    delivery = _customer_delivery(organization=caller.organization, delivery_id=delivery_id)
+    if delivery.is_revoked:
+        raise Conflict(
+            "This delivery was revoked: no new links are issued.", code="delivery_revoked"
+        )
+    if delivery.status != Delivery.Status.READY:
+        raise Conflict("This delivery is not ready yet.", code="delivery_not_ready")
+    if not DeliveryFile.objects.filter(delivery=delivery, path=path).exists():
+        raise NotFound("No such file in this delivery.", fields={"path": ["Not in the manifest."]})
+    expires_in = settings.DELIVERY_LINK_EXPIRY_SECONDS
+    event = DownloadEvent.objects.create(
+        delivery=delivery,
+        path=path,
+        actor_label=_actor_label(caller),
+        user=caller.user,
+        api_key=caller.api_key,
+        ip_address=ip_address,
+        user_agent=(user_agent or "")[:300],
+        link_expires_at=timezone.now() + timezone.timedelta(seconds=expires_in),
+    )
+    url = storage.presigned_get(
+        key=f"{delivery.prefix}/{path}",
+        expires_in=expires_in,
+        download_name=path.rsplit("/", 1)[-1],
+    )
+    return DownloadLink(url=url, expires_at=event.link_expires_at, event=event)
+
+
+def _actor_label(caller: Caller) -> str:
+    if caller.user is not None:
+        return f"user:{caller.user.get_username()}"
+    if caller.api_key is not None:
+        return f"api_key:{caller.api_key.prefix}"
+    return "system"
+
+
+def delivery_revoke(
+    *, delivery_id, caller: Caller | None = None, staff_label: str = ""
+) -> Delivery:
+    """Stop new links at once (links already issued expire within minutes). Owners or staff."""
+    with transaction.atomic():
+        if caller is not None:
+            delivery = _customer_delivery(
+                organization=caller.organization, delivery_id=delivery_id, lock=True
+            )
+            label = _actor_label(caller)
+        else:
+            delivery = Delivery.objects.select_for_update().get(pk=delivery_id)
+            label = staff_label or "staff"
+        if delivery.revoked_at is None:
+            delivery.revoked_at = timezone.now()
+            delivery.revoked_by = label
+            delivery.save(update_fields=["revoked_at", "revoked_by"])
+    return delivery
+
+
+def pilot_review(*, caller: Caller, delivery_id, approve: bool, reason: str = "") -> Delivery:
+    """The customer approves the pilot (the rest of the order is dispatched) or rejects it
+    (the reason is kept and staff are told; they settle the order with the customer)."""
+    with transaction.atomic():
+        delivery = _customer_delivery(
+            organization=caller.organization, delivery_id=delivery_id, lock=True
+        )
+        if delivery.kind != Delivery.Kind.PILOT:
+            raise Conflict("Only a pilot delivery is reviewed.", code="not_a_pilot")
+        if delivery.status != Delivery.Status.READY:
+            raise Conflict("The pilot is not ready yet.", code="delivery_not_ready")
+        if delivery.review != Delivery.Review.PENDING:
+            raise Conflict(f"This pilot was already {delivery.review}.", code="already_reviewed")
+        if not approve and not reason.strip():
+            raise _invalid("reason", "Say why the pilot is rejected.")
+        delivery.review = Delivery.Review.APPROVED if approve else Delivery.Review.REJECTED
+        delivery.review_reason = reason.strip()
+        delivery.reviewed_at = timezone.now()
+        delivery.save(update_fields=["review", "review_reason", "reviewed_at"])
+        if approve:
+            order_transition(
+                order_id=delivery.order_id,
+                to_status=Order.Status.IN_COLLECTION,
+                caller=caller,
+                reason="Pilot approved; the rest of the order is dispatched.",
+            )
+            fleet_services.order_release_remaining(
+                order_id=delivery.order_id, actor_label=_actor_label(caller)
+            )
+        else:
+            transaction.on_commit(
+                lambda: mail_admins(
+                    f"Pilot rejected for order {delivery.order_id}",
+                    f"Delivery {delivery.id} rejected by {_actor_label(caller)}:"
+                    f" {delivery.review_reason}",
+                    fail_silently=True,
+                )
+            )
+    return delivery

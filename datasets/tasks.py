@@ -39,3 +39,14 @@ def qa_sweep() -> int:
     for episode_id in ids:
         qa_episode.delay(str(episode_id))
     return len(ids)
+
+
+@shared_task(**COMMON)
+def delivery_assemble(delivery_id: str) -> str:
+    """Queue "delivery": write the dataset, card and manifest; the order moves on when done."""
+    return services.delivery_assemble(delivery_id=delivery_id).status
+
+
+@shared_task(**COMMON)
+def delivery_notify(delivery_id: str) -> int:
+    return services.delivery_notify(delivery_id=delivery_id)

@@ -19,4 +19,13 @@ fleet_urlpatterns = [
 # Mounted under /api/v1/ (customer keys).
 urlpatterns = [
     path("orders/<uuid:pk>/coverage", api.OrderCoverage.as_view(), name="order-coverage"),
+    path(
+        "orders/<uuid:pk>/deliveries", api.OrderDeliveryList.as_view(), name="order-delivery-list"
+    ),
+    path("deliveries/<uuid:pk>", api.DeliveryDetail.as_view(), name="delivery-detail"),
+    path("deliveries/<uuid:pk>/files", api.DeliveryFileList.as_view(), name="delivery-files"),
+    path("deliveries/<uuid:pk>/download", api.DeliveryDownload.as_view(), name="delivery-download"),
+    path("deliveries/<uuid:pk>/revoke", api.DeliveryRevoke.as_view(), name="delivery-revoke"),
+    path("deliveries/<uuid:pk>/approve", api.PilotApprove.as_view(), name="delivery-approve"),
+    path("deliveries/<uuid:pk>/reject", api.PilotReject.as_view(), name="delivery-reject"),
 ]

@@ -169,6 +169,7 @@ SPECTACULAR_SETTINGS = {
         "BidStatusEnum": "fleets.models.Bid.Status",
         "PaymentStatusEnum": "billing.models.Payment.Status",
         "EpisodeStatusEnum": "datasets.models.Episode.Status",
+        "DeliveryStatusEnum": "datasets.models.Delivery.Status",
         "UploadMethodEnum": "datasets.api.UPLOAD_METHODS",
         "PaymentMethodEnum": "billing.models.Payment.Method",
     },
@@ -286,6 +287,9 @@ EPISODE_MIN_SECONDS = float(os.environ.get("EPISODE_MIN_SECONDS", "1"))
 EPISODE_MAX_SECONDS = float(os.environ.get("EPISODE_MAX_SECONDS", "3600"))
 # Uploaded episodes still undecided after this long get their QA queued again.
 EPISODE_QA_STALE_SECONDS = int(os.environ.get("EPISODE_QA_STALE_SECONDS", "900"))
+# Deliveries: data files roll over at this size; signed download links live this long.
+DELIVERY_DATA_FILE_BYTES = int(os.environ.get("DELIVERY_DATA_FILE_BYTES", str(100 * 1024**2)))
+DELIVERY_LINK_EXPIRY_SECONDS = int(os.environ.get("DELIVERY_LINK_EXPIRY_SECONDS", "300"))
 CELERY_BEAT_SCHEDULE["datasets-qa-sweep"] = {"task": "datasets.tasks.qa_sweep", "schedule": 300.0}
 
 # --- Billing (Stripe) -------------------------------------------------------------------------
