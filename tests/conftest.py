@@ -11,7 +11,7 @@ from marketplace import services
 from marketplace.models import Membership, Organization
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
 
-pytest_plugins = ["tests.celery_worker"]
+pytest_plugins = ["tests.celery_worker", "tests.datasets.helpers"]
 
 
 def _is_transactional(request) -> bool:
