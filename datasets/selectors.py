@@ -144,3 +144,18 @@ def order_coverage(*, order: Order) -> Coverage:
         qa_rejections=dict(sorted(reasons.items())),
         success_rate=round(succeeded / counts["accepted"], 4) if counts["accepted"] else None,
     )
+
+
+def order_environment_hours(order: Order) -> list[Decimal]:
+    """Accepted hours per environment (by the jobs' environment index), for the order chart."""
+    rows = (
+        Job.objects.filter(order=order)
+        .values("environment_index")
+        .annotate(seconds=Sum("accepted_seconds"))
+        .order_by("environment_index")
+    )
+    hours = [Decimal(0)] * order.environments
+    for row in rows:
+        if row["environment_index"] < len(hours):
+            hours[row["environment_index"]] = Decimal(row["seconds"] or 0) / HOUR
+    return hours

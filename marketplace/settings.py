@@ -287,6 +287,9 @@ EPISODE_MIN_SECONDS = float(os.environ.get("EPISODE_MIN_SECONDS", "1"))
 EPISODE_MAX_SECONDS = float(os.environ.get("EPISODE_MAX_SECONDS", "3600"))
 # Uploaded episodes still undecided after this long get their QA queued again.
 EPISODE_QA_STALE_SECONDS = int(os.environ.get("EPISODE_QA_STALE_SECONDS", "900"))
+# The customer's order page: per-environment accepted hours and the QA/deliveries section.
+ORDER_ENVIRONMENT_HOURS = "datasets.selectors.order_environment_hours"
+ORDER_PAGE_SECTIONS = ["datasets.web.order_quality_and_deliveries"]
 # Deliveries: data files roll over at this size; signed download links live this long.
 DELIVERY_DATA_FILE_BYTES = int(os.environ.get("DELIVERY_DATA_FILE_BYTES", str(100 * 1024**2)))
 DELIVERY_LINK_EXPIRY_SECONDS = int(os.environ.get("DELIVERY_LINK_EXPIRY_SECONDS", "300"))

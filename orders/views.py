@@ -3,12 +3,14 @@ that back the REST API do every write; these views map forms to them and errors 
 
 from decimal import Decimal
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.module_loading import import_string
 from django.views.decorators.http import require_POST
 
 from marketplace.errors import ServiceError
@@ -226,6 +228,10 @@ def _order_context(request, order: Order, cancel_form: OrderCancelForm | None = 
         "steps": steps,
         "progress": _progress(order),
         "coverage": _coverage_chart(order),
+        # Sections other apps add (QA results, deliveries); orders imports none of them.
+        "extra_sections": [
+            import_string(path)(request, order) for path in settings.ORDER_PAGE_SECTIONS
+        ],
         "can_cancel": can_order and order.status in CUSTOMER_CANCELLABLE,
         "cancel_form": cancel_form or OrderCancelForm(),
         "awaiting_payment": order.status == Order.Status.AWAITING_PAYMENT,
@@ -274,10 +280,12 @@ CHART_TOP = 16
 def _coverage_chart(order: Order) -> dict:
     """Geometry of the per-environment coverage chart, rendered as inline SVG.
 
-    Accepted hours per environment arrive with episode ingest; until then every bar is empty
-    and the chart shows its empty state, drawn on the same axes (the target per environment).
+    Accepted hours per environment come from ORDER_ENVIRONMENT_HOURS (episode ingest, named in
+    settings so orders imports no other app); with none yet every bar is empty and the chart
+    shows its empty state, drawn on the same axes (the target per environment).
     """
-    per_environment: list[Decimal] = []  # filled in when ingest records coverage
+    provider = settings.ORDER_ENVIRONMENT_HOURS
+    per_environment: list[Decimal] = import_string(provider)(order) if provider else []
     count = min(order.environments, CHART_MAX_BARS)
     target = order.hours / order.environments if order.environments else order.hours
     plot_width = CHART_WIDTH - CHART_LEFT - 8

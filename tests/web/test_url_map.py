@@ -26,7 +26,19 @@ CUSTOMER_PAGES = {
 OWNER_PAGES = {"api-keys": None}
 POST_ONLY = {"order-cancel-page": "order", "api-key-revoke-page": "api_key"}
 # logout is a POST action; probes and the Stripe webhook have their own tests; others not ours
-NOT_PAGES = {"logout", "admin", "schema", "api-docs", "healthz", "readyz", "stripe-webhook"}
+# delivery pages need a delivery: tests/web/test_delivery_pages.py
+NOT_PAGES = {
+    "logout",
+    "admin",
+    "schema",
+    "api-docs",
+    "healthz",
+    "readyz",
+    "stripe-webhook",
+    "delivery-download-page",
+    "pilot-review-page",
+    "delivery-revoke-page",
+}
 
 
 def _all_names(resolver=None, prefix=""):
