@@ -1,5 +1,6 @@
 # The two commands a newcomer needs:
-#   make run    set up and run the platform on embedded defaults (SQLite, filesystem broker)
+#   make run    set up and run the platform on embedded defaults (SQLite, filesystem broker,
+#               local S3 server): web server, Celery worker and beat
 #   make test   set up and run the test suite (needs PostgreSQL on 127.0.0.1:5432, see README)
 
 PYTHON ?= python3
@@ -31,8 +32,7 @@ migrate: setup
 
 run: migrate
 	$(BIN)/python manage.py seed_demo
-	@echo "Web:  http://$(HOST):$(PORT)/   API docs: http://$(HOST):$(PORT)/api/docs/"
-	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(BIN)/python manage.py runserver $(HOST):$(PORT)
+	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(BIN)/python manage.py run_platform --host $(HOST) --port $(PORT)
 
 lint: setup
 	$(BIN)/ruff check .
