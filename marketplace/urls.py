@@ -35,6 +35,7 @@ urlpatterns = [
     path("orders/new/<uuid:quote_id>/", order_views.order_new_quote, name="order-new-quote"),
     path("orders/<uuid:pk>/", order_views.order_detail, name="order-detail-page"),
     path("orders/<uuid:pk>/cancel/", order_views.order_cancel, name="order-cancel-page"),
+    path("fleet/", include("fleets.web_urls")),
     path("admin/", admin.site.urls),
     path("billing/stripe/webhook/", billing_views.stripe_webhook, name="stripe-webhook"),
     path("api/v1/", include(api_v1)),
