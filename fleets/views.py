@@ -11,6 +11,7 @@ from functools import wraps
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.http import Http404
 from django.shortcuts import redirect
@@ -27,7 +28,7 @@ from marketplace.views import render_page
 
 CAN_MANAGE = (Membership.Role.OWNER, Membership.Role.MEMBER)
 RECENT_OFFERS = 20
-JOBS_SHOWN = 100
+JOBS_PER_PAGE = 25
 SECONDS_PER_HOUR = Decimal(3600)
 
 
@@ -343,11 +344,13 @@ def job_list(request):
         jobs = jobs.filter(status=status)
     else:
         status = ""
+    page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
     return render_page(
         request,
         "fleets/job_list.html",
         {
-            "jobs": [(job, job_progress(job)) for job in jobs[:JOBS_SHOWN]],
+            "page": page,
+            "jobs": [(job, job_progress(job)) for job in page.object_list],
             "status": status,
             "statuses": Job.Status.choices,
         },
