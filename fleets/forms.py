@@ -29,6 +29,7 @@ class FleetForm(AccessibleFormMixin, forms.Form):
         label="Weekly capacity (hours)",
         max_digits=9,
         decimal_places=2,
+        max_value=168000,  # as the fleet API: negative values are the service's to refuse
         help_text="Hours of recording your fleet can deliver per week, all sites together.",
         widget=forms.NumberInput(attrs={"step": "0.5", "inputmode": "decimal"}),
     )
@@ -39,7 +40,12 @@ class FleetForm(AccessibleFormMixin, forms.Form):
         help_text="What you are paid per QA-accepted hour. Lower rates rank higher.",
         widget=forms.NumberInput(attrs={"step": "0.01", "inputmode": "decimal"}),
     )
-    currency = forms.CharField(label="Currency", min_length=3, max_length=3, initial="USD")
+    currency = forms.RegexField(
+        label="Currency",
+        regex=r"^[A-Za-z]{3}$",
+        initial="USD",
+        error_messages={"invalid": "A three-letter currency code, e.g. USD."},
+    )
     webhook_url = forms.CharField(
         label="Webhook URL",
         max_length=500,

@@ -106,6 +106,8 @@ def test_fleet_form_shows_the_services_refusals_next_to_their_fields(fleet_opera
         reverse("fleet-new-page"), {**FLEET, "weekly_capacity_hours": "-1"}
     )
     assert "zero or more" in field_error(response.content.decode(), "weekly_capacity_hours")
+    response = fleet_client.post(reverse("fleet-new-page"), {**FLEET, "currency": "U$D"})
+    assert "three-letter" in field_error(response.content.decode(), "currency")
     response = fleet_client.post(reverse("fleet-new-page"), {**FLEET, "name": ""})
     html = response.content.decode()
     assert "required" in field_error(html, "name")
