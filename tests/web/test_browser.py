@@ -241,7 +241,10 @@ def celery_eager():
 
 
 def test_fleet_operator_registers_a_fleet_and_accepts_an_offer(live_server, new_page, celery_eager):
+    from datetime import timedelta
     from decimal import Decimal
+
+    from django.utils import timezone
 
     from fleets.models import Fleet, Job, Offer
     from fleets.services import order_plan
@@ -324,8 +327,13 @@ def test_fleet_operator_registers_a_fleet_and_accepts_an_offer(live_server, new_
     assert_every_control_is_labelled(page)
     shot(page, "26-offers-inbox")
 
-    # Accept: the job page, assigned, with its progress bars and timeline
-    card.get_by_role("button", name=re.compile("^Accept")).click()
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone
+    shot(page, "26b-offers-inbox-on-a-phone")
+    page.set_viewport_size({"width": 1280, "height": 900})
+
+    # Accept, by keyboard: the job page, assigned, with its progress bars and timeline
+    card.get_by_role("button", name=re.compile("^Accept")).focus()
+    page.keyboard.press("Enter")
     expect(page.locator("#job-status")).to_have_text("Assigned")
     expect(page.get_by_text("Offer accepted: the job is yours.")).to_be_visible()
     expect(page.locator("#job-timeline")).to_contain_text("Offer accepted.")
@@ -340,6 +348,20 @@ def test_fleet_operator_registers_a_fleet_and_accepts_an_offer(live_server, new_
     shot(page, "28-jobs")
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Offers").click()
     expect(page.locator("#recent-offers")).to_contain_text("Accepted")
+
+    # An offer running out: the countdown says so, and the server refuses a late accept
+    late_order = OrderFactory(status="paid", hours=Decimal("2"), environments=1)
+    order_plan(order_id=late_order.pk)
+    late = Offer.objects.get(job__order=late_order)
+    Offer.objects.filter(pk=late.pk).update(expires_at=timezone.now() + timedelta(seconds=3))
+    page.reload()
+    late_card = page.locator(f"#offer-{late.pk}")
+    expect(late_card.locator("[data-countdown-for]")).to_have_text("Expired")
+    shot(page, "26c-offer-expired")
+    late_card.get_by_role("button", name=re.compile("^Accept")).click()
+    expect(page.get_by_role("alert")).to_contain_text("This offer has expired.")
+    late.refresh_from_db()
+    assert late.status == Offer.Status.PENDING  # the sweeper expires it, not the page
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Fleets").click()
     expect(page.locator("#fleet-table")).to_contain_text("Bay 4")
     shot(page, "29-fleets")
