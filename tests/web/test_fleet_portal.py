@@ -358,3 +358,15 @@ def test_fleet_detail_queries_do_not_grow_with_sites_and_robots(
         RobotFactory(site=SiteFactory(fleet=fleet), fleet=fleet)
     with django_assert_max_num_queries(len(one.captured_queries)):
         fleet_client.get(url)
+
+
+def test_navigation_shows_each_organization_its_own_portal(customer_client, fleet_client):
+    fleet_nav = fleet_client.get(reverse("home")).content.decode().split("</nav>")[0]
+    customer_nav = customer_client.get(reverse("home")).content.decode().split("</nav>")[0]
+    for name in ("fleet-overview-page", "offer-list-page", "job-list-page"):
+        assert f'href="{reverse(name)}"' in fleet_nav
+        assert f'href="{reverse(name)}"' not in customer_nav
+    assert f'href="{reverse("order-list-page")}"' in customer_nav
+    assert f'href="{reverse("order-list-page")}"' not in fleet_nav
+    offers = fleet_client.get(reverse("offer-list-page")).content.decode()
+    assert f'<a href="{reverse("offer-list-page")}" aria-current="page">Offers</a>' in offers
