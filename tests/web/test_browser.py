@@ -223,3 +223,145 @@ def test_a_customer_never_sees_another_customers_order(live_server, new_page):
     cancel = bob.request.post(order_url + "cancel/", fail_on_status_code=False)
     assert cancel.status == 403  # no CSRF token from another page: refused before anything else
     assert Order.objects.get(pk=order_id).status == Order.Status.AWAITING_PAYMENT
+
+
+# --- The fleet portal -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def celery_eager():
+    """Dispatch runs in the test's thread, as tests/fleets/conftest.py runs it."""
+    from marketplace.celery import app
+
+    app.conf.task_always_eager = True
+    app.conf.task_eager_propagates = True
+    yield
+    app.conf.task_always_eager = False
+    app.conf.task_eager_propagates = False
+
+
+def test_fleet_operator_registers_a_fleet_and_accepts_an_offer(live_server, new_page, celery_eager):
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from fleets.models import Fleet, Job, Offer
+    from fleets.services import order_plan
+    from marketplace.models import Organization
+    from tests.factories import MembershipFactory, OrderFactory, OrganizationFactory, UserFactory
+
+    base = live_server.url
+    operator = OrganizationFactory(kind=Organization.Kind.FLEET_OPERATOR, name="Teleop Bay")
+    user = UserFactory(username="otto")
+    MembershipFactory(user=user, organization=operator)
+
+    # Log in from the fleet portal's address, and land back on it
+    page = new_page()
+    page.goto(base + "/fleet/")
+    expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/fleet/"))
+    page.get_by_label("Username").fill("otto")
+    page.get_by_label("Password").fill("pw-for-tests-123")
+    page.get_by_role("button", name="Log in").click()
+    expect(page).to_have_url(re.compile(r"/fleet/$"))
+    expect(page.get_by_text("No fleet registered yet.")).to_be_visible()
+    nav = page.get_by_role("navigation", name="Main")
+    expect(nav.get_by_role("link", name="Offers")).to_be_visible()
+    expect(nav.get_by_role("link", name="Orders")).to_have_count(0)
+    shot(page, "20-fleet-empty")
+
+    # Register a fleet: a refused time zone shows next to its field first
+    page.get_by_role("link", name="Register your first fleet").click()
+    page.get_by_label("Fleet name").fill("Bay 4")
+    page.get_by_label("Time zone").fill("Mars/Olympus")
+    page.get_by_label("Weekly capacity (hours)").fill("60")
+    page.get_by_label("Payout rate per accepted hour").fill("40")
+    assert_every_control_is_labelled(page)
+    page.get_by_role("button", name="Register fleet").click()
+    expect(page.locator("#id_timezone_error")).to_contain_text("Unknown time zone")
+    expect(page.get_by_label("Time zone")).to_have_attribute("aria-invalid", "true")
+    shot(page, "21-fleet-form-error")
+    page.get_by_label("Time zone").fill("Europe/Berlin")
+    page.get_by_role("button", name="Register fleet").click()
+    expect(page.get_by_role("heading", level=1)).to_contain_text("Bay 4")
+    expect(page.get_by_text("No sites yet.")).to_be_visible()
+
+    # A site, then a robot at it
+    page.get_by_role("link", name="Add your first site").click()
+    page.get_by_label("Site name").fill("Assembly bench")
+    page.get_by_label("Kind of environment").select_option("lab_bench")
+    page.get_by_label("Objects available").fill("peg\nconnector")
+    assert_every_control_is_labelled(page)
+    shot(page, "22-site-form")
+    page.get_by_role("button", name="Add site").click()
+    expect(page.locator("#site-table")).to_contain_text("Assembly bench")
+    page.get_by_role("link", name="Add your first robot").click()
+    page.get_by_label("Robot name").fill("Arm 1")
+    page.get_by_label("Site", exact=True).select_option(label="Assembly bench (Lab bench)")
+    page.get_by_label("Embodiment").select_option("franka-fr3")
+    page.get_by_label("End effector").select_option("parallel_gripper")
+    assert_every_control_is_labelled(page)
+    shot(page, "23-robot-form")
+    page.get_by_role("button", name="Add robot").click()
+    expect(page.locator("#robot-table")).to_contain_text("Arm 1")
+    shot(page, "24-fleet-detail")
+    fleet = Fleet.objects.get(organization=operator)
+
+    # No offers yet: the designed empty state
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Offers").click()
+    expect(page.get_by_text("No offers waiting.")).to_be_visible()
+    shot(page, "25-offers-empty")
+
+    # A customer's paid order is planned and dispatched: the offer arrives with a countdown
+    order = OrderFactory(status="paid", hours=Decimal("2"), environments=1)
+    order_plan(order_id=order.pk)
+    offer = Offer.objects.get(job__order=order)
+    assert offer.fleet_id == fleet.pk
+    page.reload()
+    card = page.locator(f"#offer-{offer.pk}")
+    expect(card).to_contain_text("Peg-in-hole insertion")
+    countdown = card.locator("[data-countdown-for]")
+    expect(countdown).to_have_text(re.compile(r"^\d+ min \d+ s left$"))
+    first = countdown.inner_text()
+    expect(countdown).not_to_have_text(first)  # it ticks
+    assert_every_control_is_labelled(page)
+    shot(page, "26-offers-inbox")
+
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone
+    shot(page, "26b-offers-inbox-on-a-phone")
+    page.set_viewport_size({"width": 1280, "height": 900})
+
+    # Accept, by keyboard: the job page, assigned, with its progress bars and timeline
+    card.get_by_role("button", name=re.compile("^Accept")).focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#job-status")).to_have_text("Assigned")
+    expect(page.get_by_text("Offer accepted: the job is yours.")).to_be_visible()
+    expect(page.locator("#job-timeline")).to_contain_text("Offer accepted.")
+    expect(page.get_by_role("progressbar", name="QA-accepted hours")).to_have_attribute(
+        "aria-valuenow", "0"
+    )
+    shot(page, "27-job-detail")
+    job = Job.objects.get(order=order)
+    assert job.status == Job.Status.ASSIGNED and job.fleet_id == fleet.pk
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Jobs").click()
+    expect(page.locator("#job-table")).to_contain_text("Peg-in-hole insertion #1")
+    shot(page, "28-jobs")
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Offers").click()
+    expect(page.locator("#recent-offers")).to_contain_text("Accepted")
+
+    # An offer running out: the countdown says so, and the server refuses a late accept
+    late_order = OrderFactory(status="paid", hours=Decimal("2"), environments=1)
+    order_plan(order_id=late_order.pk)
+    late = Offer.objects.get(job__order=late_order)
+    Offer.objects.filter(pk=late.pk).update(expires_at=timezone.now() + timedelta(seconds=3))
+    page.reload()
+    late_card = page.locator(f"#offer-{late.pk}")
+    expect(late_card.locator("[data-countdown-for]")).to_have_text("Expired")
+    shot(page, "26c-offer-expired")
+    late_card.get_by_role("button", name=re.compile("^Accept")).click()
+    expect(page.get_by_role("alert")).to_contain_text("This offer has expired.")
+    late.refresh_from_db()
+    assert late.status == Offer.Status.PENDING  # the sweeper expires it, not the page
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Fleets").click()
+    expect(page.locator("#fleet-table")).to_contain_text("Bay 4")
+    shot(page, "29-fleets")

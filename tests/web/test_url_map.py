@@ -12,6 +12,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from marketplace.services import api_key_create
 from orders import services
 from orders.services import DatasetRequest
+from tests.web.fleet_helpers import offered_job, operator_fleet
 
 pytestmark = pytest.mark.django_db
 
@@ -25,6 +26,21 @@ CUSTOMER_PAGES = {
 }
 OWNER_PAGES = {"api-keys": None}
 POST_ONLY = {"order-cancel-page": "order", "api-key-revoke-page": "api_key"}
+# The fleet portal (fleet operators): name -> which of the operator's objects its URL needs
+FLEET_PAGES = {
+    "fleet-overview-page": None,
+    "fleet-new-page": None,
+    "fleet-detail-page": "fleet",
+    "fleet-edit-page": "fleet",
+    "site-new-page": "fleet",
+    "site-edit-page": "site",
+    "robot-new-page": "fleet",
+    "robot-edit-page": "robot",
+    "offer-list-page": None,
+    "job-list-page": None,
+    "job-detail-page": "job",
+}
+FLEET_POST_ONLY = {"offer-accept-page": "offer", "offer-decline-page": "offer"}
 # logout is a POST action; probes and the Stripe webhook have their own tests; others not ours
 # delivery pages need a delivery: tests/web/test_delivery_pages.py
 NOT_PAGES = {
@@ -55,6 +71,7 @@ def _all_names(resolver=None, prefix=""):
 
 def test_the_table_covers_every_portal_url():
     covered = set(PUBLIC) | set(CUSTOMER_PAGES) | set(OWNER_PAGES) | set(POST_ONLY) | NOT_PAGES
+    covered |= set(FLEET_PAGES) | set(FLEET_POST_ONLY)
     assert set(_all_names()) - covered == set()
 
 
@@ -153,3 +170,81 @@ def test_unknown_pages_get_the_designed_404(client):
     response = client.get("/no-such-page/")
     assert response.status_code == 404
     assert b"Page not found" in response.content
+
+
+# --- The fleet portal --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fleet_objects(fleet_operator):
+    fleet, site, robot = operator_fleet(fleet_operator.organization)
+    job, offer = offered_job(site)
+    return {"fleet": fleet.pk, "site": site.pk, "robot": robot.pk, "job": job.pk, "offer": offer.pk}
+
+
+@pytest.fixture
+def other_operator_client(make_tenant):
+    from marketplace.models import Organization
+
+    client = Client()
+    client.force_login(make_tenant(Organization.Kind.FLEET_OPERATOR).user)
+    return client
+
+
+def _fleet_url(name, needs, objects):
+    return reverse(name) if needs is None else reverse(name, kwargs={"pk": objects[needs]})
+
+
+@pytest.mark.parametrize(("name", "needs"), list(FLEET_PAGES.items()))
+def test_fleet_pages_open_for_their_operator(name, needs, fleet_objects, fleet_client):
+    response = fleet_client.get(_fleet_url(name, needs, fleet_objects))
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize(("name", "needs"), list(FLEET_PAGES.items()))
+def test_fleet_pages_send_anonymous_visitors_to_login(name, needs, fleet_objects, client):
+    url = _fleet_url(name, needs, fleet_objects)
+    response = client.get(url)
+    assert response.status_code == 302
+    assert urlsplit(response.url).path == reverse("login")
+    assert url in response.url
+
+
+@pytest.mark.parametrize(
+    ("name", "needs"), [(n, o) for n, o in FLEET_PAGES.items() if o is not None]
+)
+def test_another_operators_fleet_objects_do_not_exist(
+    name, needs, fleet_objects, other_operator_client
+):
+    assert other_operator_client.get(_fleet_url(name, needs, fleet_objects)).status_code == 404
+
+
+@pytest.mark.parametrize(("name", "needs"), list(FLEET_POST_ONLY.items()))
+def test_offer_actions_on_another_operators_offer_are_404(
+    name, needs, fleet_objects, other_operator_client
+):
+    url = _fleet_url(name, needs, fleet_objects)
+    assert other_operator_client.post(url).status_code == 404
+    from fleets.models import Offer
+
+    assert Offer.objects.get(pk=fleet_objects["offer"]).status == Offer.Status.PENDING
+
+
+@pytest.mark.parametrize(("name", "needs"), list(FLEET_POST_ONLY.items()))
+def test_offer_actions_are_post_only_and_need_login(
+    name, needs, fleet_objects, client, fleet_client
+):
+    url = _fleet_url(name, needs, fleet_objects)
+    assert fleet_client.get(url).status_code == 405
+    response = client.post(url)
+    assert response.status_code == 302
+    assert urlsplit(response.url).path == reverse("login")
+
+
+@pytest.mark.parametrize(("name", "needs"), [*FLEET_PAGES.items(), *FLEET_POST_ONLY.items()])
+def test_customers_are_refused_fleet_pages(name, needs, fleet_objects, customer_client):
+    url = _fleet_url(name, needs, fleet_objects)
+    method = customer_client.post if name in FLEET_POST_ONLY else customer_client.get
+    response = method(url)
+    assert response.status_code == 403
+    assert b"for fleet operator organizations" in response.content
