@@ -7,7 +7,7 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 
 from datasets import selectors, services
-from datasets.models import Delivery
+from datasets.models import Delivery, Episode
 from marketplace.errors import NotFound, ServiceError
 from marketplace.models import Membership, Organization
 from marketplace.views import organization_page
@@ -26,6 +26,16 @@ def order_quality_and_deliveries(request, order) -> dict:
         "deliveries": list(Delivery.objects.filter(order=order).prefetch_related("files")),
         "can_review": caller.has_role(*CAN_ORDER),
         "can_revoke": caller.has_role(Membership.Role.OWNER),
+    }
+
+
+def job_episodes(request, job) -> dict:
+    """JOB_PAGE_SECTIONS entry: the job's episodes, newest first, with QA status and reasons."""
+    episodes = Episode.objects.filter(job=job).order_by("-created_at", "-id")
+    return {
+        "template": "datasets/_job_episodes.html",
+        "episodes": list(episodes[:200]),
+        "total": episodes.count(),
     }
 
 

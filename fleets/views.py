@@ -8,6 +8,7 @@ whose refusals are shown next to the fields they name.
 from decimal import Decimal
 from functools import wraps
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -16,6 +17,7 @@ from django.db.models import Count, Q
 from django.http import Http404
 from django.shortcuts import redirect
 from django.utils import timezone
+from django.utils.module_loading import import_string
 from django.views.decorators.http import require_POST
 
 from fleets import selectors, services
@@ -371,5 +373,13 @@ def job_detail(request, pk):
     return render_page(
         request,
         "fleets/job_detail.html",
-        {"job": job, "progress": job_progress(job), "events": list(events)},
+        {
+            "job": job,
+            "progress": job_progress(job),
+            "events": list(events),
+            # Sections other apps add (the job's episodes and QA); fleets imports none of them.
+            "extra_sections": [
+                import_string(path)(request, job) for path in settings.JOB_PAGE_SECTIONS
+            ],
+        },
     )

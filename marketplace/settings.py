@@ -290,6 +290,8 @@ EPISODE_QA_STALE_SECONDS = int(os.environ.get("EPISODE_QA_STALE_SECONDS", "900")
 # The customer's order page: per-environment accepted hours and the QA/deliveries section.
 ORDER_ENVIRONMENT_HOURS = "datasets.selectors.order_environment_hours"
 ORDER_PAGE_SECTIONS = ["datasets.web.order_quality_and_deliveries"]
+# The fleet operator's job page: the job's episodes with their QA status and reasons.
+JOB_PAGE_SECTIONS = ["datasets.web.job_episodes"]
 # Deliveries: data files roll over at this size; signed download links live this long.
 DELIVERY_DATA_FILE_BYTES = int(os.environ.get("DELIVERY_DATA_FILE_BYTES", str(100 * 1024**2)))
 DELIVERY_LINK_EXPIRY_SECONDS = int(os.environ.get("DELIVERY_LINK_EXPIRY_SECONDS", "300"))

@@ -110,3 +110,9 @@ def test_a_revoked_delivery_offers_no_links(pilot, customer):
     assert DownloadEvent.objects.count() == 0
     html = client.get(f"/orders/{collection.order.id}/").content.decode()
     assert "/download/?path=" not in html
+
+
+def test_the_fleet_job_page_lists_episodes_with_qa_reasons(pilot, fleet_operator, other_customer):
+    collection, _ = pilot
+    html = logged_in(fleet_operator).get(f"/fleet/jobs/{collection.job.id}/").content.decode()
+    assert 'id="episodes"' in html and "<code>non_finite</code>" in html and "passed" in html
