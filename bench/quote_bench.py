@@ -10,19 +10,17 @@ Bounded: rounds x 2 x seconds of load, loopback only.
 """
 
 import argparse
-import http.client
 import json
-import multiprocessing
 import os
-import signal
-import socket
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.loadgen import ROOT, ensure_database, gunicorn, post_load
+
 QUOTE_BODY = json.dumps(
     {
         "task_type": "peg-insertion",
@@ -34,64 +32,6 @@ QUOTE_BODY = json.dumps(
     }
 )
 BARE_BODY = json.dumps({"hours": "120"})
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def ensure_database(url: str) -> None:
-    import psycopg
-
-    name = url.rsplit("/", 1)[1]
-    admin_url = url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
-        if not exists:
-            conn.execute(f'CREATE DATABASE "{name}"')
-
-
-def client_worker(port: int, path: str, body: str, seconds: float, out) -> None:
-    latencies, errors = [], 0
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        started = time.perf_counter()
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            conn.request("POST", path, body, {"Content-Type": "application/json"})
-            response = conn.getresponse()
-            response.read()
-            conn.close()
-            if response.status != 201:
-                errors += 1
-        except OSError:
-            errors += 1
-        latencies.append(time.perf_counter() - started)
-    out.put((latencies, errors))
-
-
-def run_round(port: int, path: str, body: str, seconds: float, clients: int) -> dict:
-    queue = multiprocessing.Queue()
-    procs = [
-        multiprocessing.Process(target=client_worker, args=(port, path, body, seconds, queue))
-        for _ in range(clients)
-    ]
-    for proc in procs:
-        proc.start()
-    results = [queue.get(timeout=seconds + 60) for _ in procs]
-    for proc in procs:
-        proc.join(timeout=10)
-    latencies = sorted(lat for lats, _ in results for lat in lats)
-    errors = sum(err for _, err in results)
-    return {
-        "requests": len(latencies),
-        "rps": len(latencies) / seconds,
-        "p50_ms": statistics.median(latencies) * 1000,
-        "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
-        "errors": errors,
-    }
 
 
 def main() -> int:
@@ -113,46 +53,15 @@ def main() -> int:
         "DJANGO_SETTINGS_MODULE": "bench.settings",
         "PYTHONPATH": str(ROOT),
     }
-    python = sys.executable
-    subprocess.run([python, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            python,
-            "-m",
-            "gunicorn",
-            "bench.wsgi",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "2",
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        run_round(port, "/api/v1/quotes", QUOTE_BODY, 1.0, 2)  # warm up both workers
-        run_round(port, "/bench/bare", BARE_BODY, 1.0, 2)
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    with gunicorn(env) as port:
+        post_load(port, "/api/v1/quotes", QUOTE_BODY, seconds=1.0, clients=2)  # warm up
+        post_load(port, "/bench/bare", BARE_BODY, seconds=1.0, clients=2)
         quote_rounds, bare_rounds = [], []
         for _ in range(args.rounds):
-            quote_rounds.append(
-                run_round(port, "/api/v1/quotes", QUOTE_BODY, args.seconds, args.clients)
-            )
-            bare_rounds.append(
-                run_round(port, "/bench/bare", BARE_BODY, args.seconds, args.clients)
-            )
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=20)
+            load = {"seconds": args.seconds, "clients": args.clients}
+            quote_rounds.append(post_load(port, "/api/v1/quotes", QUOTE_BODY, **load))
+            bare_rounds.append(post_load(port, "/bench/bare", BARE_BODY, **load))
 
     def summary(rounds):
         return {

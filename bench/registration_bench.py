@@ -12,41 +12,15 @@ errors. Bounded in time, loopback only.
 
 import argparse
 import hashlib
-import http.client
 import json
-import multiprocessing
 import os
-import signal
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-
-def client(port, path, key, body, seconds, out):
-    latencies, errors = [], 0
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        started = time.perf_counter()
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        conn.request(
-            "POST",
-            path,
-            body,
-            {"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
-        )
-        response = conn.getresponse()
-        response.read()
-        conn.close()
-        errors += response.status != 201
-        latencies.append(time.perf_counter() - started)
-    out.put((latencies, errors))
 
 
 def main() -> int:
@@ -57,7 +31,7 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=4)
     args = parser.parse_args()
 
-    from bench.quote_bench import ensure_database, free_port
+    from bench.loadgen import ensure_database, gunicorn, post_load
     from local_s3 import launcher
 
     database_url = os.environ.get(
@@ -116,56 +90,22 @@ def main() -> int:
                 "sha256": hashlib.sha256(b"x").hexdigest(),
             }
         )
-        port = free_port()
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "bench.wsgi",
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--workers",
-                "2",
-                "--log-level",
-                "warning",
-            ],
-            cwd=ROOT,
-            env=env,
-            start_new_session=True,
-        )
-        try:
-            for _ in range(100):
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                    break
-                except OSError:
-                    time.sleep(0.1)
-            queue = multiprocessing.Queue()
-            path = f"/api/v1/fleet/jobs/{job.id}/episodes"
-            procs = [
-                multiprocessing.Process(
-                    target=client, args=(port, path, key, body, args.seconds, queue)
-                )
-                for _ in range(args.clients)
-            ]
-            for proc in procs:
-                proc.start()
-            results = [queue.get(timeout=args.seconds + 60) for _ in procs]
-            for proc in procs:
-                proc.join(timeout=10)
-        finally:
-            os.killpg(server.pid, signal.SIGTERM)
-            server.wait(timeout=20)
-        latencies = sorted(lat for lats, _ in results for lat in lats)
-        errors = sum(err for _, err in results)
+        with gunicorn(env) as port:
+            result = post_load(
+                port,
+                f"/api/v1/fleet/jobs/{job.id}/episodes",
+                body,
+                seconds=args.seconds,
+                clients=args.clients,
+                headers={"Authorization": f"Bearer {key}"},
+            )
         print(
-            f"episode registrations: {len(latencies) / args.seconds:.1f}/s over {args.seconds}s, "
+            f"episode registrations: {result['rps']:.1f}/s over {args.seconds}s, "
             f"{args.clients} clients, gunicorn 2 workers;"
-            f" p50 {statistics.median(latencies) * 1000:.1f} ms, "
-            f"p99 {latencies[int(len(latencies) * 0.99) - 1] * 1000:.1f} ms, errors {errors}"
+            f" p50 {result['p50_ms']:.1f} ms, p99 {result['p99_ms']:.1f} ms,"
+            f" errors {result['errors']}"
         )
-        return 1 if errors else 0
+        return 1 if result["errors"] else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,119 @@
+"""Shared by the HTTP benchmarks: a gunicorn server on loopback and a bounded load of POSTs
+from client processes, measured the same way for every endpoint compared."""
+
+import http.client
+import multiprocessing
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def ensure_database(url: str) -> None:
+    """Create the benchmark's PostgreSQL database if it does not exist."""
+    import psycopg
+
+    name = url.rsplit("/", 1)[1]
+    admin_url = url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+@contextmanager
+def gunicorn(env: dict, workers: int = 2):
+    """bench.wsgi on a free loopback port; yields the port; stopped on exit."""
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "bench.wsgi",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(workers),
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield port
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=20)
+
+
+def _client(port, path, body, headers, expected, seconds, out) -> None:
+    latencies, errors = [], 0
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        started = time.perf_counter()
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("POST", path, body, {"Content-Type": "application/json", **headers})
+            response = conn.getresponse()
+            response.read()
+            conn.close()
+            errors += response.status != expected
+        except OSError:
+            errors += 1
+        latencies.append(time.perf_counter() - started)
+    out.put((latencies, errors))
+
+
+def post_load(
+    port: int,
+    path: str,
+    body: str,
+    *,
+    seconds: float,
+    clients: int,
+    headers: dict | None = None,
+    expected: int = 201,
+) -> dict:
+    """`clients` processes POST `body` to `path` for `seconds`: requests/s, p50/p99, errors."""
+    queue = multiprocessing.Queue()
+    procs = [
+        multiprocessing.Process(
+            target=_client, args=(port, path, body, headers or {}, expected, seconds, queue)
+        )
+        for _ in range(clients)
+    ]
+    for proc in procs:
+        proc.start()
+    results = [queue.get(timeout=seconds + 60) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=10)
+    latencies = sorted(lat for lats, _ in results for lat in lats)
+    return {
+        "requests": len(latencies),
+        "rps": len(latencies) / seconds,
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": latencies[max(int(len(latencies) * 0.99) - 1, 0)] * 1000,
+        "errors": sum(err for _, err in results),
+    }
