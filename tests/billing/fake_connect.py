@@ -56,7 +56,7 @@ class FakeConnect:
                     fake.upstream + self.path, data=data, headers=headers, method=method
                 )
                 try:
-                    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+                    with urllib.request.urlopen(request, timeout=10) as response:
                         self._reply(response.status, response.read())
                 except urllib.error.HTTPError as exc:
                     self._reply(exc.code, exc.read())
