@@ -266,3 +266,16 @@ def connect(settings, localstripe_url, eager_celery):
     settings.STRIPE_TIMEOUT_SECONDS = 5
     yield fake
     fake.close()
+
+
+@pytest.fixture
+def staff_client(db):
+    from django.test import Client
+
+    from tests.factories import UserFactory
+
+    user = UserFactory(is_staff=True, is_superuser=True)
+    user.save()  # the factory's password hash is set after its first save
+    client = Client()
+    client.force_login(user)
+    return client
