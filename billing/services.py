@@ -1281,10 +1281,15 @@ def payout_submit(*, payout_id) -> Payout:
     error noted; the next run re-sends it. Stripe refuses: the payout fails, its payables are
     released for a later run and staff are flagged.
     """
+    return _payout_send(payout_id=payout_id)[0]
+
+
+def _payout_send(*, payout_id) -> tuple[Payout, bool]:
+    """payout_submit, also telling whether this call sent it (False: already settled)."""
     with transaction.atomic():
         payout = Payout.objects.select_for_update().select_related("fleet").get(pk=payout_id)
         if payout.status != Payout.Status.PENDING:
-            return payout
+            return payout, False
         payout.attempts += 1
         try:
             result = gateway.transfer_create(
@@ -1298,7 +1303,7 @@ def payout_submit(*, payout_id) -> Payout:
         except gateway.GatewayUnavailable as exc:
             payout.failure_message = str(exc)[:2000]
             payout.save(update_fields=["attempts", "failure_message", "updated_at"])
-            return payout
+            return payout, True
         except gateway.GatewayError as exc:
             payout.status = Payout.Status.FAILED
             payout.failure_message = str(exc)[:2000]
@@ -1311,14 +1316,14 @@ def payout_submit(*, payout_id) -> Payout:
                 f"{payout.currency} to fleet {payout.fleet.name} ({payout.stripe_account_id}): "
                 f"{exc}. Its payables are unpaid again; fix the account and run payouts.",
             )
-            return payout
+            return payout, True
         payout.status = Payout.Status.PAID
         payout.stripe_transfer_id = result.id
         payout.paid_at = timezone.now()
         payout.failure_message = ""
         payout.save()
         _post_payout(payout)
-    return payout
+    return payout, True
 
 
 def payout_run(*, triggered_by: str) -> PayoutRun:
@@ -1354,7 +1359,9 @@ def payout_run(*, triggered_by: str) -> PayoutRun:
             report["skipped"].append({"fleet": str(fleet_id), "reason": "no payout account"})
         payout_ids.extend(p.pk for p in payouts)
     for payout_id in payout_ids:
-        payout = payout_submit(payout_id=payout_id)
+        payout, sent = _payout_send(payout_id=payout_id)
+        if not sent:
+            continue  # another run settled it meanwhile
         entry = {
             "payout": str(payout.id),
             "fleet": str(payout.fleet_id),
