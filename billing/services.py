@@ -1292,7 +1292,9 @@ def _payout_send(*, payout_id) -> tuple[Payout, bool]:
             return payout, False
         payout.attempts += 1
         try:
-            result = gateway.transfer_create(
+            result = gateway.transfer_find(
+                transfer_group=f"payout:{payout.id}"
+            ) or gateway.transfer_create(
                 amount=payout.amount,
                 currency=payout.currency,
                 destination=payout.stripe_account_id,

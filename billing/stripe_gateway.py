@@ -227,6 +227,23 @@ def transfer_create(
     )
 
 
+def transfer_find(*, transfer_group: str) -> TransferResult | None:
+    """The transfer already made for a transfer group (our payout), if any.
+
+    Looked up before every send, so a payout whose response was lost is recognised even
+    after Stripe has forgotten its idempotency key (24 hours).
+    """
+    page = _call(client().v1.transfers.list, {"transfer_group": transfer_group, "limit": 1})
+    for transfer in page.data:
+        return TransferResult(
+            id=transfer.id,
+            amount=from_minor_units(transfer.amount, transfer.currency),
+            currency=str(transfer.currency).upper(),
+            destination=str(transfer.destination),
+        )
+    return None
+
+
 def webhook_verify(*, payload: bytes, signature_header: str | None) -> dict:
     """Check Stripe's signature (and its timestamp tolerance), then parse the event."""
     secret = settings.STRIPE_WEBHOOK_SECRET

@@ -63,7 +63,9 @@ class FakeConnect:
 
             def do_GET(self):
                 path = urlsplit(self.path).path
-                if path == "/v1/transfers":
+                if path.startswith("/v1/transfers") and fake.failing_status is not None:
+                    self._reply(fake.failing_status, _error("api_error", "Stripe is down."))
+                elif path == "/v1/transfers":
                     query = dict(parse_qsl(urlsplit(self.path).query))
                     group = query.get("transfer_group")
                     data = [

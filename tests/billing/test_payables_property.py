@@ -84,7 +84,13 @@ def check_example(settings, monkeypatch, rates, with_account, orders, steps):
         )
         return transfers[key]
 
+    def transfer_find(*, transfer_group):
+        if mode["value"] == "down":
+            raise gateway.GatewayUnavailable("down")
+        return transfers.get(transfer_group)  # keys are "payout:<id>", like the groups
+
     monkeypatch.setattr(gateway, "transfer_create", transfer_create)
+    monkeypatch.setattr(gateway, "transfer_find", transfer_find)
     pending = list(orders)
     delivered = []
     # when
