@@ -211,6 +211,7 @@ LEDGER_CSV = [
     "currency",
     "order_id",
     "organization",
+    "fleet",
     "created_at",
 ]
 
@@ -262,9 +263,17 @@ def revenue_summary() -> dict:
 
 @admin.register(LedgerEntry)
 class LedgerEntryAdmin(ReadOnlyAdmin):
-    list_display = ["created_at", "transaction", "account", "amount", "currency", "order"]
+    list_display = [
+        "created_at",
+        "transaction",
+        "account",
+        "amount",
+        "currency",
+        "order",
+        "fleet",
+    ]
     list_filter = ["account", "currency", "transaction__kind"]
-    list_select_related = ["transaction", "order"]
+    list_select_related = ["transaction", "order", "fleet"]
     search_fields = ["transaction__key", "order__id"]
     actions = ["export_ledger_csv"]
     change_list_template = "admin/billing/ledgerentry_change_list.html"
@@ -296,6 +305,7 @@ class LedgerEntryAdmin(ReadOnlyAdmin):
             "currency",
             "order_id",
             "organization__name",
+            "fleet__name",
             "created_at",
         ).order_by("created_at", "id")
         stamp = timezone.now().strftime("%Y%m%d-%H%M%S")

@@ -119,6 +119,9 @@ def test_payables_summary_and_csv_exports(staff_client, owed_fleets, connect):
     ]
     assert payout_rows[0]["stripe_transfer_id"].startswith("tr_")
     assert selected_csv.content == payouts_csv.content
+    ledger_csv = staff_client.get(reverse("admin:billing_ledger_export"))
+    ledger_rows = list(csv.DictReader(io.StringIO(ledger_csv.content.decode())))
+    assert {r["fleet"] for r in ledger_rows if r["kind"] == "payout"} == {"Fleet Alpha"}
 
 
 def test_staff_add_a_payout_account_in_the_admin(staff_client, owed_fleets):
