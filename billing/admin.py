@@ -7,7 +7,7 @@ from decimal import Decimal, InvalidOperation
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, Q, Sum
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
@@ -15,9 +15,13 @@ from django.utils import timezone
 from billing import services
 from billing.models import (
     BillingFlag,
+    FleetPayable,
+    FleetPayoutAccount,
     LedgerEntry,
     LedgerTransaction,
     Payment,
+    Payout,
+    PayoutRun,
     Refund,
     StripeCustomer,
     WebhookEvent,
@@ -184,7 +188,7 @@ class LedgerEntryInline(admin.TabularInline):
     model = LedgerEntry
     extra = 0
     can_delete = False
-    fields = ["account", "amount", "currency", "order", "organization"]
+    fields = ["account", "amount", "currency", "order", "organization", "fleet"]
     readonly_fields = fields
 
     def has_add_permission(self, request, obj=None):
@@ -207,6 +211,7 @@ LEDGER_CSV = [
     "currency",
     "order_id",
     "organization",
+    "fleet",
     "created_at",
 ]
 
@@ -258,9 +263,17 @@ def revenue_summary() -> dict:
 
 @admin.register(LedgerEntry)
 class LedgerEntryAdmin(ReadOnlyAdmin):
-    list_display = ["created_at", "transaction", "account", "amount", "currency", "order"]
+    list_display = [
+        "created_at",
+        "transaction",
+        "account",
+        "amount",
+        "currency",
+        "order",
+        "fleet",
+    ]
     list_filter = ["account", "currency", "transaction__kind"]
-    list_select_related = ["transaction", "order"]
+    list_select_related = ["transaction", "order", "fleet"]
     search_fields = ["transaction__key", "order__id"]
     actions = ["export_ledger_csv"]
     change_list_template = "admin/billing/ledgerentry_change_list.html"
@@ -292,6 +305,7 @@ class LedgerEntryAdmin(ReadOnlyAdmin):
             "currency",
             "order_id",
             "organization__name",
+            "fleet__name",
             "created_at",
         ).order_by("created_at", "id")
         stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
@@ -355,3 +369,308 @@ class BillingFlagAdmin(ReadOnlyAdmin):
 class StripeCustomerAdmin(ReadOnlyAdmin):
     list_display = ["organization", "stripe_customer_id", "created_at"]
     search_fields = ["organization__name", "stripe_customer_id"]
+
+
+# --- Fleet payables and payouts ----------------------------------------------------------------
+
+
+@admin.register(FleetPayoutAccount)
+class FleetPayoutAccountAdmin(admin.ModelAdmin):
+    list_display = ["fleet", "stripe_account_id", "updated_at"]
+    search_fields = ["fleet__name", "stripe_account_id"]
+    list_select_related = ["fleet"]
+    raw_id_fields = ["fleet"]
+
+
+def _run_confirmation(model_admin, request) -> TemplateResponse:
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": "Run fleet payouts",
+        "opts": Payout._meta,
+        "plan": services.payout_plan(),
+        "pending": Payout.objects.filter(status=Payout.Status.PENDING).select_related("fleet"),
+        "configured": services.payments_enabled(),
+    }
+    return TemplateResponse(request, "admin/billing/payout_run_confirmation.html", context)
+
+
+def _run_view(model_admin, request):
+    if request.method != "POST" or request.POST.get("confirm") != "yes":
+        return _run_confirmation(model_admin, request)
+    try:
+        run = services.payout_run(triggered_by=f"staff:{request.user.get_username()}")
+    except ServiceError as exc:
+        model_admin.message_user(request, exc.message, messages.ERROR)
+        return HttpResponseRedirect(reverse("admin:billing_payout_changelist"))
+    report = run.report
+    model_admin.message_user(
+        request,
+        f"Payout run: {len(report['paid'])} paid, {len(report['pending'])} still pending "
+        f"(Stripe unavailable), {len(report['failed'])} refused, {len(report['skipped'])} "
+        "fleet(s) skipped (no payout account).",
+        messages.SUCCESS if not (report["pending"] or report["failed"]) else messages.WARNING,
+    )
+    return HttpResponseRedirect(reverse("admin:billing_payoutrun_change", args=[run.pk]))
+
+
+class FleetPayableInline(admin.TabularInline):
+    model = FleetPayable
+    extra = 0
+    can_delete = False
+    fields = ["job", "order", "accepted_seconds", "rate_per_hour", "amount", "currency"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+PAYOUT_CSV = [
+    "id",
+    "fleet",
+    "status",
+    "amount",
+    "currency",
+    "stripe_account_id",
+    "stripe_transfer_id",
+    "attempts",
+    "created_at",
+    "paid_at",
+    "failure_message",
+]
+
+
+@admin.register(Payout)
+class PayoutAdmin(ReadOnlyAdmin):
+    list_display = [
+        "created_at",
+        "fleet",
+        "amount",
+        "currency",
+        "status",
+        "stripe_transfer_id",
+        "attempts",
+        "paid_at",
+    ]
+    list_filter = ["status", "currency"]
+    list_select_related = ["fleet"]
+    search_fields = ["id", "fleet__name", "stripe_transfer_id", "stripe_account_id"]
+    readonly_fields = [f.name for f in Payout._meta.fields]
+    inlines = [FleetPayableInline]
+    actions = ["run_payouts", "export_payouts_csv"]
+    change_list_template = "admin/billing/payout_change_list.html"
+
+    def has_change_permission(self, request, obj=None):
+        return request.user.is_active and request.user.is_staff
+
+    def get_urls(self):
+        return [
+            path("run/", self.admin_site.admin_view(self.run_view), name="billing_payout_run"),
+            path(
+                "export/",
+                self.admin_site.admin_view(self.export_all_view),
+                name="billing_payout_export",
+            ),
+            *super().get_urls(),
+        ]
+
+    def run_view(self, request):
+        return _run_view(self, request)
+
+    @admin.action(description="Run payouts now: pay every fleet its unpaid payables (confirm)")
+    def run_payouts(self, request, queryset):
+        return _run_confirmation(self, request)
+
+    def _csv(self, queryset) -> HttpResponse:
+        rows = queryset.values_list(
+            "id",
+            "fleet__name",
+            "status",
+            "amount",
+            "currency",
+            "stripe_account_id",
+            "stripe_transfer_id",
+            "attempts",
+            "created_at",
+            "paid_at",
+            "failure_message",
+        ).order_by("created_at", "id")
+        return export_csv("payouts.csv", PAYOUT_CSV, rows)
+
+    @admin.action(description="Export the selected payouts as CSV")
+    def export_payouts_csv(self, request, queryset):
+        return self._csv(queryset)
+
+    def export_all_view(self, request):
+        return self._csv(Payout.objects.all())
+
+
+PAYABLE_CSV = [
+    "id",
+    "fleet",
+    "order_id",
+    "job_id",
+    "accepted_seconds",
+    "rate_per_hour",
+    "amount",
+    "customer_amount",
+    "currency",
+    "payout_id",
+    "payout_status",
+    "created_at",
+]
+
+
+class PaidFilter(admin.SimpleListFilter):
+    title = "paid"
+    parameter_name = "paid"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "Paid"), ("pending", "In a pending payout"), ("no", "Not in a payout")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(payout__status=Payout.Status.PAID)
+        if self.value() == "pending":
+            return queryset.filter(payout__status=Payout.Status.PENDING)
+        if self.value() == "no":
+            return queryset.filter(payout__isnull=True)
+        return queryset
+
+
+def payables_summary() -> list[dict]:
+    """Per fleet and currency: earned, paid, in pending payouts, unpaid, platform margin."""
+    zero = Decimal("0")
+    rows = (
+        FleetPayable.objects.values("fleet_id", "fleet__name", "currency")
+        .annotate(
+            jobs=Count("id"),
+            earned=Sum("amount"),
+            customer=Sum("customer_amount"),
+            paid=Sum("amount", filter=Q(payout__status=Payout.Status.PAID)),
+            pending=Sum("amount", filter=Q(payout__status=Payout.Status.PENDING)),
+            unpaid=Sum("amount", filter=Q(payout__isnull=True)),
+        )
+        .order_by("fleet__name", "currency")
+    )
+    accounts = dict(FleetPayoutAccount.objects.values_list("fleet_id", "stripe_account_id"))
+    return [
+        {
+            "fleet_id": row["fleet_id"],
+            "fleet": row["fleet__name"],
+            "currency": row["currency"],
+            "jobs": row["jobs"],
+            "earned": row["earned"] or zero,
+            "paid": row["paid"] or zero,
+            "pending": row["pending"] or zero,
+            "unpaid": row["unpaid"] or zero,
+            "margin": (row["customer"] or zero) - (row["earned"] or zero),
+            "account": accounts.get(row["fleet_id"], ""),
+        }
+        for row in rows
+    ]
+
+
+@admin.register(FleetPayable)
+class FleetPayableAdmin(ReadOnlyAdmin):
+    list_display = [
+        "created_at",
+        "fleet",
+        "order",
+        "job",
+        "accepted_seconds",
+        "rate_per_hour",
+        "amount",
+        "customer_amount",
+        "currency",
+        "payout",
+    ]
+    list_filter = [PaidFilter, "currency", "fleet"]
+    list_select_related = ["fleet", "order", "job", "payout"]
+    search_fields = ["fleet__name", "order__id", "job__id"]
+    readonly_fields = [f.name for f in FleetPayable._meta.fields]
+    actions = ["run_payouts", "export_payables_csv"]
+    change_list_template = "admin/billing/fleetpayable_change_list.html"
+
+    def has_change_permission(self, request, obj=None):
+        return request.user.is_active and request.user.is_staff
+
+    def get_urls(self):
+        return [
+            path(
+                "summary/",
+                self.admin_site.admin_view(self.summary_view),
+                name="billing_payables_summary",
+            ),
+            path(
+                "export/",
+                self.admin_site.admin_view(self.export_all_view),
+                name="billing_payables_export",
+            ),
+            *super().get_urls(),
+        ]
+
+    @admin.action(description="Run payouts now: pay every fleet its unpaid payables (confirm)")
+    def run_payouts(self, request, queryset):
+        return _run_confirmation(self, request)
+
+    def _csv(self, queryset) -> HttpResponse:
+        rows = queryset.values_list(
+            "id",
+            "fleet__name",
+            "order_id",
+            "job_id",
+            "accepted_seconds",
+            "rate_per_hour",
+            "amount",
+            "customer_amount",
+            "currency",
+            "payout_id",
+            "payout__status",
+            "created_at",
+        ).order_by("created_at", "id")
+        stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+        return export_csv(f"fleet-payables-{stamp}.csv", PAYABLE_CSV, rows)
+
+    @admin.action(description="Export the selected payables as CSV")
+    def export_payables_csv(self, request, queryset):
+        return self._csv(queryset)
+
+    def export_all_view(self, request):
+        return self._csv(FleetPayable.objects.all())
+
+    def summary_view(self, request):
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Fleet payables summary",
+            "opts": self.model._meta,
+            "rows": payables_summary(),
+            "export_url": reverse("admin:billing_payables_export"),
+            "run_url": reverse("admin:billing_payout_run"),
+        }
+        return TemplateResponse(request, "admin/billing/payables_summary.html", context)
+
+
+class PayoutInline(admin.TabularInline):
+    model = Payout
+    extra = 0
+    can_delete = False
+    fields = ["fleet", "amount", "currency", "status", "stripe_transfer_id", "failure_message"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(PayoutRun)
+class PayoutRunAdmin(ReadOnlyAdmin):
+    list_display = ["started_at", "triggered_by", "finished_at", "paid", "skipped"]
+    readonly_fields = [f.name for f in PayoutRun._meta.fields]
+    inlines = [PayoutInline]
+
+    @admin.display(description="paid")
+    def paid(self, run: PayoutRun) -> int:
+        return len((run.report or {}).get("paid", []))
+
+    @admin.display(description="skipped fleets")
+    def skipped(self, run: PayoutRun) -> int:
+        return len((run.report or {}).get("skipped", []))

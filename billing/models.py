@@ -10,6 +10,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.db import models
 
+from fleets.models import Fleet, Job
 from marketplace.models import Organization
 from orders.models import Order
 
@@ -227,6 +228,10 @@ class LedgerEntry(models.Model):
     refund = models.ForeignKey(
         Refund, null=True, blank=True, on_delete=models.PROTECT, related_name="ledger_entries"
     )
+    # Payables and payouts: the fleet they concern (its balances sum to zero like an order's).
+    fleet = models.ForeignKey(
+        Fleet, null=True, blank=True, on_delete=models.PROTECT, related_name="ledger_entries"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -264,6 +269,9 @@ class BillingFlag(models.Model):
         REFUND_FAILED = "refund_failed", "Stripe refused a refund"
         MANUAL_REFUND = "manual_refund", "A refund needs a staff decision"
         STUCK_EVENT = "stuck_event", "A webhook event could not be processed"
+        NO_PAYOUT_ACCOUNT = "no_payout_account", "A fleet is owed money but has no payout account"
+        PAYOUT_FAILED = "payout_failed", "Stripe refused a payout transfer"
+        PAYABLE_UNRECORDED = "payable_unrecorded", "Accepted hours could not become a payable"
 
     kind = models.CharField(max_length=30, choices=Kind.choices)
     dedupe_key = models.CharField(max_length=255, unique=True)
@@ -288,3 +296,125 @@ class BillingFlag(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()}: {self.message[:60]}"
+
+
+class FleetPayoutAccount(models.Model):
+    """Where a fleet is paid: its Stripe Connect account (entered by staff in the admin)."""
+
+    fleet = models.OneToOneField(Fleet, on_delete=models.PROTECT, related_name="payout_account")
+    stripe_account_id = models.CharField(
+        max_length=255, unique=True, help_text="The fleet's Stripe connected account, acct_..."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(stripe_account_id__startswith="acct_"),
+                name="payout_account_id_format",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.fleet} -> {self.stripe_account_id}"
+
+
+class PayoutRun(models.Model):
+    """One run of the payout job (monthly beat or the admin action): what it paid, skipped."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    triggered_by = models.CharField(max_length=200)  # "beat", "staff:alice"
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # {"paid": [payout ids], "pending": [...], "failed": [...], "skipped": [{"fleet", "reason"}]}
+    report = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+
+    def __str__(self) -> str:
+        return f"Payout run {self.started_at:%Y-%m-%d %H:%M} ({self.triggered_by})"
+
+
+class Payout(models.Model):
+    """One Stripe Connect transfer to a fleet, covering a set of its payables.
+
+    Created `pending` with its payables attached (reserving them), then sent with the
+    idempotency key `payout:<id>`. Stripe down: it stays pending and the next run re-sends it
+    with the same key. Stripe refuses: `failed`, and its payables are released for a later run.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending (to send to Stripe)"
+        PAID = "paid", "Paid (transfer created)"
+        FAILED = "failed", "Failed (refused by Stripe; payables released)"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    fleet = models.ForeignKey(Fleet, on_delete=models.PROTECT, related_name="payouts")
+    run = models.ForeignKey(
+        PayoutRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="payouts"
+    )
+    stripe_account_id = models.CharField(max_length=255)
+    amount = models.DecimalField(**AMOUNT)
+    currency = models.CharField(max_length=3)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    stripe_transfer_id = models.CharField(max_length=255, unique=True, null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    failure_message = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    paid_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(amount__gt=0), name="payout_amount_pos"),
+            models.CheckConstraint(
+                condition=~models.Q(status="paid") | models.Q(stripe_transfer_id__isnull=False),
+                name="payout_paid_has_transfer",
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"Payout {self.id} ({self.amount} {self.currency}, {self.status})"
+
+
+class FleetPayable(models.Model):
+    """What one job earned its fleet: accepted hours x the fleet's rate, recorded once per job.
+
+    `customer_amount` is the part of the customer's payment for those hours; the platform's
+    margin is the difference. Unpaid while `payout` is empty or its payout is not `paid`.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    job = models.OneToOneField(Job, on_delete=models.PROTECT, related_name="payable")
+    fleet = models.ForeignKey(Fleet, on_delete=models.PROTECT, related_name="payables")
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="fleet_payables")
+    accepted_seconds = models.DecimalField(max_digits=14, decimal_places=3)
+    rate_per_hour = models.DecimalField(max_digits=14, decimal_places=4)
+    amount = models.DecimalField(**AMOUNT)
+    customer_amount = models.DecimalField(**AMOUNT)
+    currency = models.CharField(max_length=3)
+    payout = models.ForeignKey(
+        Payout, null=True, blank=True, on_delete=models.PROTECT, related_name="payables"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(amount__gte=0), name="payable_amount_nonneg"),
+            models.CheckConstraint(
+                condition=models.Q(customer_amount__gte=0), name="payable_customer_nonneg"
+            ),
+        ]
+        indexes = [models.Index(fields=["fleet", "payout"])]
+
+    def __str__(self) -> str:
+        return f"Payable {self.job_id} ({self.amount} {self.currency})"
+
+    @property
+    def margin(self) -> Decimal:
+        return self.customer_amount - self.amount

@@ -13,6 +13,7 @@ def on_order_delivered(sender, order_id, **kwargs) -> None:
     from billing import tasks
 
     tasks.order_trueup.delay(str(order_id))
+    tasks.order_fleet_payables.delay(str(order_id))
 
 
 def connect() -> None:

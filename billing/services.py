@@ -11,7 +11,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 from django.db.models import F
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -21,18 +21,23 @@ from billing import stripe_gateway as gateway
 from billing.ledger import Leg, ledger_post
 from billing.models import (
     BillingFlag,
+    FleetPayable,
+    FleetPayoutAccount,
     LedgerAccount,
     LedgerTransaction,
     Payment,
+    Payout,
+    PayoutRun,
     Refund,
     StripeCustomer,
     WebhookEvent,
 )
+from fleets.models import Assignment, Fleet, Job
 from marketplace.errors import Conflict, NotFound, ServiceError
 from marketplace.models import Organization
 from marketplace.tenancy import Caller
 from orders.models import Order, OrderEvent
-from orders.pricing import quantize_money
+from orders.pricing import MINOR_UNITS, quantize_money
 from orders.services import order_mark_paid, order_transition
 
 logger = logging.getLogger(__name__)
@@ -1015,4 +1020,363 @@ def billing_sweep(*, now=None) -> dict[str, int]:
     )
     for pk in refunds:
         _enqueue("refund_submit", str(pk))
-    return {"events": len(events), "refunds": len(refunds)}
+    # Delivered orders whose payables a lost task never recorded.
+    orders = list(
+        Order.objects.filter(
+            status__in=[Order.Status.DELIVERED, Order.Status.CLOSED],
+            updated_at__lt=stale,
+            jobs__accepted_seconds__gt=0,
+            jobs__payable__isnull=True,
+        )
+        .values_list("pk", flat=True)
+        .distinct()[:100]
+    )
+    for pk in orders:
+        _enqueue("order_fleet_payables", str(pk))
+    return {"events": len(events), "refunds": len(refunds), "payables": len(orders)}
+
+
+# --- Fleet payables and payouts ----------------------------------------------------------------
+
+SECONDS_PER_HOUR = Decimal(3600)
+
+
+def payable_amount(*, accepted_seconds: Decimal, rate_per_hour: Decimal, currency: str) -> Decimal:
+    """Accepted hours x the fleet's hourly rate, rounded half-up to the currency's minor unit."""
+    for value in (accepted_seconds, rate_per_hour):
+        if not isinstance(value, Decimal):
+            raise TypeError("money and hours are Decimal")
+    return quantize_money(accepted_seconds * rate_per_hour / SECONDS_PER_HOUR, currency)
+
+
+def allocate(*, total: Decimal, weights: list[Decimal], currency: str) -> list[Decimal]:
+    """Split `total` over `weights` in minor units (largest remainder): the parts sum to total."""
+    exponent = MINOR_UNITS[currency]
+    total_minor = int(quantize_money(total, currency).scaleb(exponent))
+    whole = [int(w.scaleb(3)) for w in weights]  # weights are seconds to the millisecond
+    denominator = sum(whole)
+    if denominator <= 0 or total_minor == 0:
+        return [Decimal(0).scaleb(-exponent) for _ in weights]
+    parts = [total_minor * w // denominator for w in whole]
+    remainders = sorted(
+        range(len(whole)), key=lambda i: (-(total_minor * whole[i] % denominator), i)
+    )
+    for i in remainders[: total_minor - sum(parts)]:
+        parts[i] += 1
+    return [Decimal(part).scaleb(-exponent) for part in parts]
+
+
+def order_earned(order: Order) -> Decimal:
+    """What the customer pays for the accepted hours: the payment minus the true-up refund."""
+    payment = _succeeded_payment(order)
+    paid = payment.amount if payment else order.total
+    refund = prorata_refund(
+        paid=paid,
+        currency=order.currency,
+        hours_ordered=order.hours,
+        hours_kept=order.accepted_hours,
+    )
+    return paid - refund
+
+
+def _job_fleet(job: Job) -> Fleet | None:
+    """The fleet that did the job: its holder, else its latest assignment's fleet."""
+    if job.fleet_id is not None:
+        return job.fleet
+    assignment = (
+        Assignment.objects.filter(job=job).select_related("fleet").order_by("-created_at").first()
+    )
+    return assignment.fleet if assignment else None
+
+
+def _post_payable(payable: FleetPayable, fleet: Fleet) -> None:
+    ledger_post(
+        key=f"payable:{payable.job_id}",
+        kind=LedgerTransaction.Kind.PAYABLE,
+        memo=f"Fleet {fleet.name}: {payable.accepted_seconds} s accepted on order "
+        f"{payable.order_id} at {payable.rate_per_hour}/h",
+        legs=[
+            Leg(LedgerAccount.CUSTOMER_FUNDS, payable.customer_amount, payable.currency),
+            Leg(LedgerAccount.FLEET_PAYABLE, -payable.amount, payable.currency),
+            Leg(
+                LedgerAccount.PLATFORM_REVENUE,
+                payable.amount - payable.customer_amount,
+                payable.currency,
+            ),
+        ],
+        order_id=payable.order_id,
+        organization_id=fleet.organization_id,
+        fleet=fleet,
+    )
+
+
+def order_fleet_payables(*, order_id) -> list[FleetPayable]:
+    """On delivery: one payable per job with accepted time, and the platform's margin.
+
+    The order row is locked, then jobs that already have a payable are skipped (the job is
+    unique on FleetPayable and the ledger key is `payable:<job>`), so running this twice, or
+    twice at once, records each job once. The customer's payment for the accepted hours is
+    split over the jobs by accepted time, so per order the payables' customer parts add up to
+    exactly what the customer keeps paying after the true-up.
+    """
+    with transaction.atomic():
+        order = Order.objects.select_for_update().get(pk=order_id)
+        if order.status not in (Order.Status.DELIVERED, Order.Status.CLOSED):
+            return []
+        jobs = list(
+            Job.objects.filter(order=order, accepted_seconds__gt=0)
+            .select_related("fleet")
+            .order_by("sequence")
+        )
+        if not jobs:
+            return []
+        shares = allocate(
+            total=order_earned(order),
+            weights=[job.accepted_seconds for job in jobs],
+            currency=order.currency,
+        )
+        done = set(FleetPayable.objects.filter(job__in=jobs).values_list("job_id", flat=True))
+        created = []
+        for job, share in zip(jobs, shares, strict=True):
+            if job.id in done:
+                continue
+            fleet = _job_fleet(job)
+            if fleet is None or fleet.currency != order.currency:
+                why = (
+                    "no fleet is known for it"
+                    if fleet is None
+                    else f"fleet {fleet.name} is paid in {fleet.currency}, the order in "
+                    f"{order.currency}"
+                )
+                flag_raise(
+                    kind=BillingFlag.Kind.PAYABLE_UNRECORDED,
+                    dedupe_key=f"payable-unrecorded:{job.id}",
+                    message=f"Job {job.id} of order {order.id} has {job.accepted_seconds} s "
+                    f"accepted but {why}: record its payable by hand.",
+                    order_id=order.id,
+                )
+                continue
+            payable = FleetPayable.objects.create(
+                job=job,
+                fleet=fleet,
+                order=order,
+                accepted_seconds=job.accepted_seconds,
+                rate_per_hour=fleet.payout_rate_per_hour,
+                amount=payable_amount(
+                    accepted_seconds=job.accepted_seconds,
+                    rate_per_hour=fleet.payout_rate_per_hour,
+                    currency=order.currency,
+                ),
+                customer_amount=share,
+                currency=order.currency,
+            )
+            _post_payable(payable, fleet)
+            created.append(payable)
+    return created
+
+
+class PayoutsNotConfigured(Conflict):
+    code = "payouts_not_configured"
+
+
+@dataclass(frozen=True)
+class PayoutPlanRow:
+    fleet: Fleet
+    currency: str
+    amount: Decimal
+    payables: int
+    stripe_account_id: str  # empty: no payout account, the fleet is skipped
+
+
+def payout_plan() -> list[PayoutPlanRow]:
+    """What a run would pay now (unpaid payables per fleet and currency); for the admin."""
+    rows = (
+        FleetPayable.objects.filter(payout__isnull=True, amount__gt=0)
+        .values("fleet_id", "currency")
+        .annotate(total=models.Sum("amount"), n=models.Count("id"))
+        .order_by("fleet_id", "currency")
+    )
+    fleets = Fleet.objects.in_bulk([row["fleet_id"] for row in rows])
+    accounts = dict(
+        FleetPayoutAccount.objects.filter(fleet_id__in=fleets).values_list(
+            "fleet_id", "stripe_account_id"
+        )
+    )
+    return [
+        PayoutPlanRow(
+            fleet=fleets[row["fleet_id"]],
+            currency=row["currency"],
+            amount=row["total"],
+            payables=row["n"],
+            stripe_account_id=accounts.get(row["fleet_id"], ""),
+        )
+        for row in rows
+    ]
+
+
+def payout_prepare(*, fleet_id, run: PayoutRun | None = None) -> list[Payout]:
+    """Gather a fleet's unpaid payables into pending payouts (one per currency).
+
+    Lock the fleet's payout account, then re-read its unpaid payables under lock: two runs at
+    once cannot put one payable in two payouts. Returns [] (and flags staff) when the fleet
+    has no payout account.
+    """
+    with transaction.atomic():
+        account = FleetPayoutAccount.objects.select_for_update().filter(fleet_id=fleet_id).first()
+        payables = list(
+            FleetPayable.objects.select_for_update()
+            .filter(fleet_id=fleet_id, payout__isnull=True, amount__gt=0)
+            .order_by("pk")
+        )
+        if not payables:
+            return []
+        if account is None:
+            fleet = Fleet.objects.get(pk=fleet_id)
+            owed = sum((p.amount for p in payables), ZERO)
+            flag_raise(
+                kind=BillingFlag.Kind.NO_PAYOUT_ACCOUNT,
+                dedupe_key=f"no-payout-account:{fleet_id}:{timezone.now():%Y-%m}",
+                message=f"Fleet {fleet.name} ({fleet_id}) is owed {owed} "
+                f"{payables[0].currency} but has no Stripe payout account: add one in "
+                "Billing > Fleet payout accounts; the next run pays it.",
+            )
+            return []
+        by_currency: dict[str, list[FleetPayable]] = {}
+        for payable in payables:
+            by_currency.setdefault(payable.currency, []).append(payable)
+        payouts = []
+        for currency, group in sorted(by_currency.items()):
+            payout = Payout.objects.create(
+                fleet_id=fleet_id,
+                run=run,
+                stripe_account_id=account.stripe_account_id,
+                amount=sum((p.amount for p in group), ZERO),
+                currency=currency,
+            )
+            FleetPayable.objects.filter(pk__in=[p.pk for p in group]).update(payout=payout)
+            payouts.append(payout)
+    return payouts
+
+
+def _post_payout(payout: Payout) -> None:
+    ledger_post(
+        key=f"payout:{payout.id}",
+        kind=LedgerTransaction.Kind.PAYOUT,
+        memo=f"Transfer {payout.stripe_transfer_id} to {payout.stripe_account_id}",
+        legs=[
+            Leg(LedgerAccount.FLEET_PAYABLE, payout.amount, payout.currency),
+            Leg(LedgerAccount.STRIPE_BALANCE, -payout.amount, payout.currency),
+        ],
+        organization_id=payout.fleet.organization_id,
+        fleet_id=payout.fleet_id,
+    )
+
+
+def payout_submit(*, payout_id) -> Payout:
+    """Send a pending payout to Stripe as one transfer, exactly once.
+
+    The payout row stays locked during the call (two workers cannot both send it) and the
+    idempotency key is `payout:<id>`, so a re-send after a lost response or an outage gets the
+    same transfer back. Stripe down: the payout stays pending (its payables unpaid) with the
+    error noted; the next run re-sends it. Stripe refuses: the payout fails, its payables are
+    released for a later run and staff are flagged.
+    """
+    return _payout_send(payout_id=payout_id)[0]
+
+
+def _payout_send(*, payout_id) -> tuple[Payout, bool]:
+    """payout_submit, also telling whether this call sent it (False: already settled)."""
+    with transaction.atomic():
+        payout = Payout.objects.select_for_update().select_related("fleet").get(pk=payout_id)
+        if payout.status != Payout.Status.PENDING:
+            return payout, False
+        payout.attempts += 1
+        try:
+            result = gateway.transfer_find(
+                transfer_group=f"payout:{payout.id}"
+            ) or gateway.transfer_create(
+                amount=payout.amount,
+                currency=payout.currency,
+                destination=payout.stripe_account_id,
+                transfer_group=f"payout:{payout.id}",
+                metadata={"payout_id": str(payout.id), "fleet_id": str(payout.fleet_id)},
+                idempotency_key=f"payout:{payout.id}",
+            )
+        except gateway.GatewayUnavailable as exc:
+            payout.failure_message = str(exc)[:2000]
+            payout.save(update_fields=["attempts", "failure_message", "updated_at"])
+            return payout, True
+        except gateway.GatewayError as exc:
+            payout.status = Payout.Status.FAILED
+            payout.failure_message = str(exc)[:2000]
+            payout.save(update_fields=["status", "attempts", "failure_message", "updated_at"])
+            FleetPayable.objects.filter(payout=payout).update(payout=None)
+            flag_raise(
+                kind=BillingFlag.Kind.PAYOUT_FAILED,
+                dedupe_key=f"payout-failed:{payout.id}",
+                message=f"Stripe refused payout {payout.id} of {payout.amount} "
+                f"{payout.currency} to fleet {payout.fleet.name} ({payout.stripe_account_id}): "
+                f"{exc}. Its payables are unpaid again; fix the account and run payouts.",
+            )
+            return payout, True
+        payout.status = Payout.Status.PAID
+        payout.stripe_transfer_id = result.id
+        payout.paid_at = timezone.now()
+        payout.failure_message = ""
+        payout.save()
+        _post_payout(payout)
+    return payout, True
+
+
+def payout_run(*, triggered_by: str) -> PayoutRun:
+    """Pay every fleet its unpaid payables; a second run right after pays nothing.
+
+    First re-sends payouts an earlier run left pending (Stripe was down), with their own
+    keys; then gathers and sends new ones. Fleets without a payout account are skipped,
+    reported in the run and flagged.
+    """
+    if not gateway.is_configured():
+        raise PayoutsNotConfigured("Stripe is not configured (STRIPE_API_KEY): no payouts.")
+    run = PayoutRun.objects.create(triggered_by=triggered_by[:200])
+    report: dict[str, list] = {"paid": [], "pending": [], "failed": [], "skipped": []}
+    payout_ids = list(
+        Payout.objects.filter(status=Payout.Status.PENDING)
+        .order_by("created_at")
+        .values_list("pk", flat=True)
+    )
+    fleet_ids = list(
+        FleetPayable.objects.filter(payout__isnull=True, amount__gt=0)
+        .order_by("fleet_id")
+        .values_list("fleet_id", flat=True)
+        .distinct()
+    )
+    for fleet_id in fleet_ids:
+        payouts = payout_prepare(fleet_id=fleet_id, run=run)
+        if (
+            not payouts
+            and FleetPayable.objects.filter(
+                fleet_id=fleet_id, payout__isnull=True, amount__gt=0
+            ).exists()
+        ):
+            report["skipped"].append({"fleet": str(fleet_id), "reason": "no payout account"})
+        payout_ids.extend(p.pk for p in payouts)
+    for payout_id in payout_ids:
+        payout, sent = _payout_send(payout_id=payout_id)
+        if not sent:
+            continue  # another run settled it meanwhile
+        entry = {
+            "payout": str(payout.id),
+            "fleet": str(payout.fleet_id),
+            "amount": str(payout.amount),
+            "currency": payout.currency,
+        }
+        if payout.status == Payout.Status.PAID:
+            report["paid"].append(entry)
+        elif payout.status == Payout.Status.FAILED:
+            report["failed"].append({**entry, "error": payout.failure_message})
+        else:
+            report["pending"].append({**entry, "error": payout.failure_message})
+    run.report = report
+    run.finished_at = timezone.now()
+    run.save(update_fields=["report", "finished_at"])
+    return run

@@ -190,6 +190,60 @@ def refund_create(
     return RefundResult(id=refund.id, status=refund.status)
 
 
+@dataclass(frozen=True)
+class TransferResult:
+    id: str
+    amount: Decimal
+    currency: str
+    destination: str
+
+
+def transfer_create(
+    *,
+    amount: Decimal,
+    currency: str,
+    destination: str,
+    transfer_group: str,
+    metadata: dict[str, str],
+    idempotency_key: str,
+) -> TransferResult:
+    """A Stripe Connect transfer from our balance to a connected account (a fleet payout)."""
+    transfer = _call(
+        client().v1.transfers.create,
+        {
+            "amount": minor_units(amount, currency),
+            "currency": currency.lower(),
+            "destination": destination,
+            "transfer_group": transfer_group,
+            "metadata": metadata,
+        },
+        idempotency_key,
+    )
+    return TransferResult(
+        id=transfer.id,
+        amount=from_minor_units(transfer.amount, transfer.currency),
+        currency=str(transfer.currency).upper(),
+        destination=str(transfer.destination),
+    )
+
+
+def transfer_find(*, transfer_group: str) -> TransferResult | None:
+    """The transfer already made for a transfer group (our payout), if any.
+
+    Looked up before every send, so a payout whose response was lost is recognised even
+    after Stripe has forgotten its idempotency key (24 hours).
+    """
+    page = _call(client().v1.transfers.list, {"transfer_group": transfer_group, "limit": 1})
+    for transfer in page.data:
+        return TransferResult(
+            id=transfer.id,
+            amount=from_minor_units(transfer.amount, transfer.currency),
+            currency=str(transfer.currency).upper(),
+            destination=str(transfer.destination),
+        )
+    return None
+
+
 def webhook_verify(*, payload: bytes, signature_header: str | None) -> dict:
     """Check Stripe's signature (and its timestamp tolerance), then parse the event."""
     secret = settings.STRIPE_WEBHOOK_SECRET

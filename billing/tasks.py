@@ -42,3 +42,17 @@ def order_cancellation_refund(order_id: str) -> str | None:
 @shared_task
 def billing_sweep() -> dict:
     return services.billing_sweep()
+
+
+@shared_task(acks_late=True)
+def order_fleet_payables(order_id: str) -> list[str]:
+    return [str(payable.id) for payable in services.order_fleet_payables(order_id=order_id)]
+
+
+@shared_task(acks_late=True)
+def payout_run() -> dict:
+    """Monthly (celery beat): pay each fleet its unpaid payables. Safe to run twice."""
+    if not services.payments_enabled():
+        return {"skipped": "Stripe is not configured"}
+    run = services.payout_run(triggered_by="beat")
+    return {"run": str(run.id), **run.report}

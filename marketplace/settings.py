@@ -317,3 +317,15 @@ BILLING_DISPATCHED_HOURS_PROVIDER = os.environ.get(
     "BILLING_DISPATCHED_HOURS_PROVIDER", "fleets.selectors.order_dispatched_hours"
 )
 CELERY_BEAT_SCHEDULE["billing-sweep"] = {"task": "billing.tasks.billing_sweep", "schedule": 300.0}
+# Fleet payouts: on the 1st of each month (UTC); staff can also run them from the admin.
+from celery.schedules import crontab  # noqa: E402  (kept inside the billing block)
+
+BILLING_PAYOUT_CRONTAB = {
+    "minute": os.environ.get("BILLING_PAYOUT_MINUTE", "0"),
+    "hour": os.environ.get("BILLING_PAYOUT_HOUR", "6"),
+    "day_of_month": os.environ.get("BILLING_PAYOUT_DAY_OF_MONTH", "1"),
+}
+CELERY_BEAT_SCHEDULE["billing-payouts"] = {
+    "task": "billing.tasks.payout_run",
+    "schedule": crontab(**BILLING_PAYOUT_CRONTAB),
+}

@@ -141,3 +141,22 @@ class JobFactory(factory.django.DjangoModelFactory):
             from fleets.models import Assignment
 
             Assignment.objects.create(job=job, fleet_id=job.fleet_id, site_id=job.site_id)
+
+
+class CompletedJobFactory(factory.django.DjangoModelFactory):
+    """A job of an order held (or completed) by a fleet; set accepted_seconds as QA would."""
+
+    class Meta:
+        model = "fleets.Job"
+
+    order = factory.SubFactory(OrderFactory)
+    sequence = factory.Sequence(lambda n: n + 1)
+    environment_index = 0
+    embodiment = factory.LazyFunction(lambda: Embodiment.objects.get(slug="franka-fr3"))
+    end_effector = "parallel_gripper"
+    target_hours = Decimal("5.00")
+    deadline = factory.LazyFunction(lambda: timezone.now() + timedelta(days=30))
+    status = "completed"
+    site = factory.SubFactory(SiteFactory)
+    fleet = factory.LazyAttribute(lambda j: j.site.fleet)
+    accepted_seconds = Decimal("0")

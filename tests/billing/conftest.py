@@ -248,3 +248,34 @@ def _without_dispatch():
     signals.order_paid.disconnect(dispatch_uid="fleets.on_order_paid")
     yield
     signals.order_paid.connect(receivers.on_order_paid, dispatch_uid="fleets.on_order_paid")
+
+
+# --- Stripe Connect (fleet payouts) -----------------------------------------------------------
+
+
+@pytest.fixture
+def connect(settings, localstripe_url, eager_celery):
+    """Payouts configured against a loopback Connect fake (in front of localstripe)."""
+    from tests.billing.fake_connect import FakeConnect
+
+    fake = FakeConnect(upstream=localstripe_url)
+    settings.STRIPE_API_KEY = API_KEY
+    settings.STRIPE_API_BASE = fake.url
+    settings.STRIPE_WEBHOOK_SECRET = WEBHOOK_SECRET
+    settings.STRIPE_MAX_NETWORK_RETRIES = 0
+    settings.STRIPE_TIMEOUT_SECONDS = 5
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def staff_client(db):
+    from django.test import Client
+
+    from tests.factories import UserFactory
+
+    user = UserFactory(is_staff=True, is_superuser=True)
+    user.save()  # the factory's password hash is set after its first save
+    client = Client()
+    client.force_login(user)
+    return client

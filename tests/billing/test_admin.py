@@ -4,22 +4,11 @@ from decimal import Decimal
 
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
-from django.test import Client
 from django.urls import reverse
 
 from billing.models import BillingFlag, Refund
-from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def staff_client():
-    user = UserFactory(is_staff=True, is_superuser=True)
-    user.save()  # the factory's password hash is set after its first save
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_billing_admin_pages_load(staff_client, paid_order):

@@ -1,0 +1,138 @@
+"""Staff's payout tools: lists, the run with its confirmation page, summary, CSV export."""
+
+import csv
+import io
+from decimal import Decimal
+
+import pytest
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.urls import reverse
+
+from billing import services
+from billing.models import FleetPayable, FleetPayoutAccount, Payout, PayoutRun
+from tests.billing.payout_helpers import delivered_order, fleet_with_account
+from tests.factories import FleetFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def owed_fleets():
+    paid = fleet_with_account(name="Fleet Alpha")
+    unpaid = FleetFactory(name="Fleet Beta")
+    order = delivered_order(jobs=[(paid, "3600"), (unpaid, "7200")])
+    services.order_fleet_payables(order_id=order.id)
+    return paid, unpaid
+
+
+def test_payout_admin_pages_load(staff_client, owed_fleets, connect):
+    # given
+    services.payout_run(triggered_by="test")
+    payout = Payout.objects.get()
+    # when / then
+    for url in [
+        reverse("admin:billing_payout_changelist"),
+        reverse("admin:billing_payout_change", args=[payout.pk]),
+        reverse("admin:billing_fleetpayable_changelist"),
+        reverse("admin:billing_fleetpayable_changelist") + "?paid=no",
+        reverse("admin:billing_fleetpayoutaccount_changelist"),
+        reverse("admin:billing_fleetpayoutaccount_add"),
+        reverse("admin:billing_payoutrun_changelist"),
+        reverse("admin:billing_payoutrun_change", args=[PayoutRun.objects.get().pk]),
+        reverse("admin:billing_ledgerentry_changelist"),
+    ]:
+        response = staff_client.get(url)
+        assert response.status_code == 200, url
+
+
+def test_run_action_asks_for_confirmation_then_pays(
+    staff_client,
+    owed_fleets,
+    connect,
+):
+    # given
+    paid, _ = owed_fleets
+    url = reverse("admin:billing_payout_changelist")
+    # when: the action is chosen on the payables list
+    confirm = staff_client.post(
+        reverse("admin:billing_fleetpayable_changelist"),
+        {
+            "action": "run_payouts",
+            ACTION_CHECKBOX_NAME: [FleetPayable.objects.first().pk],
+        },
+    )
+    # then: a confirmation page with the plan, nothing sent yet
+    assert confirm.status_code == 200
+    page = confirm.content.decode()
+    assert "Yes, pay the fleets" in page
+    assert "Fleet Alpha" in page and "50.00 USD" in page
+    assert "Fleet Beta" in page and "none: skipped and flagged" in page
+    assert connect.requests == []
+    # when: staff confirm
+    done = staff_client.post(reverse("admin:billing_payout_run"), {"confirm": "yes"}, follow=True)
+    # then
+    assert done.status_code == 200
+    assert "1 paid" in done.content.decode()
+    assert "1 fleet(s) skipped" in done.content.decode()
+    assert len(connect.sent()) == 1
+    assert Payout.objects.get().fleet == paid
+    assert staff_client.get(url).status_code == 200
+    # when: confirmed again (a double click)
+    staff_client.post(reverse("admin:billing_payout_run"), {"confirm": "yes"})
+    # then: nothing more paid
+    assert len(connect.sent()) == 1
+
+
+def test_run_page_on_get_only_confirms(staff_client, owed_fleets, connect):
+    # when
+    response = staff_client.get(reverse("admin:billing_payout_run"))
+    # then
+    assert response.status_code == 200
+    assert connect.requests == []
+    assert not Payout.objects.exists()
+
+
+def test_payables_summary_and_csv_exports(staff_client, owed_fleets, connect):
+    # given
+    services.payout_run(triggered_by="test")
+    # when
+    summary = staff_client.get(reverse("admin:billing_payables_summary"))
+    payables_csv = staff_client.get(reverse("admin:billing_payables_export"))
+    payouts_csv = staff_client.get(reverse("admin:billing_payout_export"))
+    selected_csv = staff_client.post(
+        reverse("admin:billing_payout_changelist"),
+        {"action": "export_payouts_csv", ACTION_CHECKBOX_NAME: [Payout.objects.get().pk]},
+    )
+    # then
+    assert summary.status_code == 200
+    assert "Fleet Beta" in summary.content.decode()
+    assert "none (payouts skipped)" in summary.content.decode()
+    rows = list(csv.DictReader(io.StringIO(payables_csv.content.decode())))
+    assert payables_csv["Content-Type"] == "text/csv"
+    assert {(r["fleet"], r["amount"], r["payout_status"]) for r in rows} == {
+        ("Fleet Alpha", "50.00", "paid"),
+        ("Fleet Beta", "100.00", ""),
+    }
+    payout_rows = list(csv.DictReader(io.StringIO(payouts_csv.content.decode())))
+    assert [(r["fleet"], r["amount"], r["status"]) for r in payout_rows] == [
+        ("Fleet Alpha", "50.00", "paid")
+    ]
+    assert payout_rows[0]["stripe_transfer_id"].startswith("tr_")
+    assert selected_csv.content == payouts_csv.content
+    ledger_csv = staff_client.get(reverse("admin:billing_ledger_export"))
+    ledger_rows = list(csv.DictReader(io.StringIO(ledger_csv.content.decode())))
+    assert {r["fleet"] for r in ledger_rows if r["kind"] == "payout"} == {"Fleet Alpha"}
+
+
+def test_staff_add_a_payout_account_in_the_admin(staff_client, owed_fleets):
+    # given
+    _, unpaid = owed_fleets
+    # when
+    response = staff_client.post(
+        reverse("admin:billing_fleetpayoutaccount_add"),
+        {"fleet": unpaid.pk, "stripe_account_id": "acct_beta"},
+    )
+    # then
+    assert response.status_code == 302
+    assert FleetPayoutAccount.objects.get(fleet=unpaid).stripe_account_id == "acct_beta"
+    assert Decimal("0") < FleetPayable.objects.get(fleet=unpaid).amount
