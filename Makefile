@@ -1,6 +1,7 @@
 # The two commands a newcomer needs:
 #   make run    set up and run the platform on embedded defaults (SQLite, filesystem broker,
-#               local S3 server): web server, Celery worker and beat
+#               local S3 server): web server, Celery worker and beat, three simulated fleets
+#               and a demo order (ONCE=1: play that once, verify the delivery, exit)
 #   make test   set up and run the test suite (needs PostgreSQL on 127.0.0.1:5432, see README)
 
 PYTHON ?= python3
@@ -30,9 +31,11 @@ setup: $(VENV)/.installed local_s3/node_modules
 migrate: setup
 	$(BIN)/python manage.py migrate --no-input
 
+# ONCE=1: play the demo scenario once and exit 0 only if the delivery verifies.
 run: migrate
 	$(BIN)/python manage.py seed_demo
-	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(BIN)/python manage.py run_platform --host $(HOST) --port $(PORT)
+	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(BIN)/python manage.py run_platform --host $(HOST) \
+		--port $(PORT) --demo $(if $(ONCE),--once)
 
 lint: setup
 	$(BIN)/ruff check .

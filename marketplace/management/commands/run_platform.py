@@ -1,6 +1,12 @@
 """Run the whole platform on one machine: web server, Celery worker and beat, local S3.
 
     python manage.py run_platform [--port 8000] [--no-s3] [--s3-port 9000]
+                                  [--demo [--once] [--defect-rate 0.15] [--timeout 600]]
+
+--demo also starts three simulated fleets (the reference fleet-agent) and places an order as
+the demo customer, then prints a signed download link once it is delivered. --once plays
+that scenario a single time and exits 0 only when every delivered file, downloaded through
+its audited link, matches manifest.json.
 
 With no DATABASE_URL / CELERY_BROKER_URL / S3_ENDPOINT_URL set, everything runs on embedded
 defaults under MARKETPLACE_DATA_DIR: SQLite, the filesystem broker, and the local S3 server
@@ -34,8 +40,20 @@ class Command(BaseCommand):
             "--no-s3", action="store_true", help="Do not start the local S3 server."
         )
         parser.add_argument("--s3-port", type=int, default=LOCAL_S3_PORT)
+        parser.add_argument(
+            "--demo", action="store_true", help="Simulated fleets and a demo order."
+        )
+        parser.add_argument(
+            "--once", action="store_true", help="With --demo: play it once, verify, exit."
+        )
+        parser.add_argument("--defect-rate", type=float, default=0.15)
+        parser.add_argument(
+            "--timeout", type=float, default=600.0, help="Seconds to wait for delivery."
+        )
 
-    def handle(self, *args, host, port, no_s3, s3_port, **options):
+    def handle(
+        self, *args, host, port, no_s3, s3_port, demo, once, defect_rate, timeout, **options
+    ):
         children: list[subprocess.Popen] = []
         env = dict(os.environ)
         local_s3 = None
@@ -83,6 +101,7 @@ class Command(BaseCommand):
             "web": [python, "manage.py", "runserver", f"{host}:{port}", "--noreload"],
         }
         stopping = False
+        return_code = 0
 
         def stop(*_):
             nonlocal stopping
@@ -99,6 +118,18 @@ class Command(BaseCommand):
                 f"Web: http://{host}:{port}/  API docs: http://{host}:{port}/api/docs/  "
                 f"Admin: http://{host}:{port}/admin/   (Ctrl-C stops everything)"
             )
+            if demo:
+                os.environ.update({k: v for k, v in env.items() if k.startswith(("S3_", "AWS_"))})
+                code = self._demo(
+                    f"http://{host}:{port}",
+                    children,
+                    once=once,
+                    defect_rate=defect_rate,
+                    timeout=timeout,
+                )
+                if once:
+                    return_code = code
+                    stopping = True
             while not stopping:
                 for child in children:
                     if child.poll() is not None:
@@ -118,6 +149,61 @@ class Command(BaseCommand):
                     child.kill()
             if local_s3 is not None:
                 launcher.stop(local_s3)
+        if return_code:
+            sys.exit(return_code)
+
+    def _demo(
+        self, base_url: str, children: list, *, once: bool, defect_rate: float, timeout: float
+    ) -> int:
+        """Play the demo scenario; in once-mode return 0 only if the delivery verifies."""
+        import io
+        import json
+
+        from django.core.management import call_command
+
+        from marketplace.management import demo_scenario
+
+        if not _wait_http(f"{base_url}/healthz", 60):
+            self.stderr.write("the web server did not come up")
+            return 1
+        out = io.StringIO()
+        call_command("seed_demo", "--json", stdout=out)
+        credentials = json.loads(out.getvalue())
+        configs = demo_scenario.fleet_configs(
+            Path(settings.DATA_DIR) / "demo", base_url, defect_rate=defect_rate
+        )
+        agents = demo_scenario.start_agents(configs, once=once, max_seconds=timeout)
+        children.extend(agents)
+        self.stdout.write(
+            f"started {len(agents)} simulated fleets (fleet-agent); configs in {configs[0].parent}"
+        )
+        self.stdout.write(
+            f"demo logins (password {credentials['password']}):"
+            f" customer '{credentials['customer']}', staff '{credentials['admin']}'"
+        )
+        result = demo_scenario.play(
+            base_url=base_url,
+            customer_key=credentials["customer_api_key"],
+            timeout=timeout,
+            verify=once,
+            log=lambda line: self.stdout.write(f"demo: {line}"),
+        )
+        self.stdout.write(
+            f"demo: order {result.order_id} {result.status} in {result.seconds_to_delivery:.0f}s;"
+            f" accepted {result.accepted_hours} h; episodes accepted {result.episodes_accepted},"
+            f" rejected by QA {result.episodes_rejected}"
+        )
+        if result.link:
+            self.stdout.write(
+                f"demo: signed link to manifest.json (expires in minutes): {result.link}"
+            )
+        if once:
+            self.stdout.write(f"demo: {result.files_verified} files verified against manifest.json")
+            for problem in result.problems:
+                self.stderr.write(f"demo problem: {problem}")
+            self.stdout.write("DEMO OK" if result.ok else "DEMO FAILED")
+            return 0 if result.ok else 1
+        return 0
 
     @staticmethod
     def _wants_local_s3() -> bool:
@@ -126,3 +212,16 @@ class Command(BaseCommand):
             endpoint.rstrip("/") == f"http://127.0.0.1:{LOCAL_S3_PORT}"
             and "S3_ENDPOINT_URL" not in os.environ
         )
+
+
+def _wait_http(url: str, seconds: float) -> bool:
+    import urllib.request
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2):  # noqa: S310 - our own server
+                return True
+        except OSError:
+            time.sleep(0.3)
+    return False

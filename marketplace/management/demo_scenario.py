@@ -1,0 +1,279 @@
+"""The demo scenario `make demo` / `run_platform --demo` plays on a running platform.
+
+Three simulated fleets (the reference `fleet-agent`, one process each, with different sites)
+take the work of one order placed by the demo customer through the public API; staff mark
+it paid (or the payment emulator does, when Stripe is configured elsewhere). When the order
+is delivered, a signed download link is printed; in once-mode every file of the delivery is
+downloaded through the audited links and checked against manifest.json.
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+
+from django.conf import settings
+
+from marketplace import services as accounts
+from marketplace.models import ApiKey, Membership, Organization
+from marketplace.tenancy import Caller
+
+DEMO_FLEETS = [
+    ("Demo Teleop Bay Berlin", [("Berlin lab bench", "lab_bench"), ("Berlin kitchen", "kitchen")]),
+    (
+        "Demo Factory Lyon",
+        [("Lyon production line", "production_line"), ("Lyon warehouse", "warehouse_shelf")],
+    ),
+    ("Demo Household Osaka", [("Osaka apartment", "household"), ("Osaka office", "office")]),
+]
+DEMO_ORDER = {
+    "task_type": "peg-insertion",
+    "embodiment": "franka-fr3",
+    "hours": "1",
+    "environments": 3,
+    "objects_per_environment": 4,
+    "success_criterion": "Peg fully seated in its hole.",
+    "notes": "Demo order placed by run_platform --demo.",
+}
+
+
+@dataclass
+class DemoResult:
+    order_id: str = ""
+    status: str = ""
+    accepted_hours: str = ""
+    episodes_accepted: int = 0
+    episodes_rejected: int = 0
+    link: str = ""
+    files_verified: int = 0
+    seconds_to_delivery: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and self.status == "delivered" and self.files_verified > 0
+
+
+class Api:
+    def __init__(self, base_url: str, key: str):
+        self.base_url = base_url.rstrip("/")
+        self.key = key
+
+    def request(self, method: str, path: str, body: dict | None = None, follow: bool = True):
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(  # noqa: S310 - our own server
+            self.base_url + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"},
+        )
+        opener = (
+            urllib.request.build_opener() if follow else urllib.request.build_opener(_NoRedirect)
+        )
+        try:
+            with opener.open(request, timeout=30) as response:
+                return response.status, response.headers, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.headers, exc.read()
+
+    def json(self, method: str, path: str, body: dict | None = None) -> dict:
+        status, _, raw = self.request(method, path, body)
+        if status >= 400:
+            raise RuntimeError(f"{method} {path} -> {status}: {raw[:300]!r}")
+        return json.loads(raw)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def fleet_configs(directory: Path, base_url: str, *, defect_rate: float) -> list[Path]:
+    """A fleet-operator organization, key and TOML file per demo fleet (fresh keys each run)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for index, (name, sites) in enumerate(DEMO_FLEETS):
+        organization = Organization.objects.filter(
+            name=name, kind=Organization.Kind.FLEET_OPERATOR
+        ).first()
+        if organization is None:
+            organization = accounts.organization_create(
+                name=name, kind=Organization.Kind.FLEET_OPERATOR
+            )
+        for old in ApiKey.objects.filter(
+            organization=organization, name="demo agent", revoked_at=None
+        ):
+            accounts.api_key_revoke(api_key=old)
+        key = accounts.api_key_create(
+            organization=organization, name="demo agent", role=Membership.Role.OWNER
+        ).raw_key
+        lines = [
+            f'base_url = "{base_url}"',
+            f'api_key = "{key}"',
+            "",
+            "[fleet]",
+            f'name = "{name}"',
+            "weekly_capacity_hours = 60",
+            f"payout_rate_per_hour = {50 + 5 * index}",
+            'currency = "USD"',
+            'timezone = "UTC"',
+        ]
+        for site_name, kind in sites:
+            lines += [
+                "",
+                "[[sites]]",
+                f'name = "{site_name}"',
+                f'kind = "{kind}"',
+                'objects = ["peg-8mm", "peg-12mm", "block", "usb-c-plug"]',
+                "",
+                "[[sites.robots]]",
+                f'name = "fr3-{site_name.lower().replace(" ", "-")}"',
+                'embodiment = "franka-fr3"',
+                'end_effector = "parallel_gripper"',
+                'sensors = ["wrist-camera"]',
+            ]
+        lines += [
+            "",
+            "[collection]",
+            "fps = 30",
+            "episode_seconds = [60, 120]",
+            f'operators = ["op-{index}a", "op-{index}b"]',
+            f"defect_rate = {defect_rate}",
+            "poll_seconds = 1",
+            "heartbeat_seconds = 30",
+            f"seed = {index + 1}",
+        ]
+        path = directory / f"fleet-{index + 1}.toml"
+        path.write_text("\n".join(lines) + "\n")
+        path.chmod(0o600)  # it holds a key
+        paths.append(path)
+    return paths
+
+
+def start_agents(paths: list[Path], *, once: bool, max_seconds: float) -> list[subprocess.Popen]:
+    agents = []
+    for path in paths:
+        command = [
+            sys.executable,
+            "-m",
+            "fleet_agent.cli",
+            "--config",
+            str(path),
+            "--log-level",
+            "WARNING",
+        ]
+        if once:
+            command += ["--once", "--wait-for-work", "--max-seconds", str(int(max_seconds))]
+        agents.append(subprocess.Popen(command, cwd=settings.BASE_DIR, env=dict(os.environ)))  # noqa: S603
+    return agents
+
+
+def play(*, base_url: str, customer_key: str, timeout: float, verify: bool, log) -> DemoResult:
+    """Place the demo order, have it paid, wait for delivery, issue (and check) the links."""
+    from orders.models import Order
+    from orders.services import order_mark_paid
+
+    result = DemoResult()
+    api = Api(base_url, customer_key)
+    started = time.monotonic()
+    quote = api.json(
+        "POST",
+        "/api/v1/quotes",
+        {
+            k: DEMO_ORDER[k]
+            for k in ("task_type", "embodiment", "hours", "environments", "objects_per_environment")
+        },
+    )
+    order = api.json(
+        "POST",
+        "/api/v1/orders",
+        {
+            "quote": quote["id"],
+            "success_criterion": DEMO_ORDER["success_criterion"],
+            "notes": DEMO_ORDER["notes"],
+        },
+    )
+    result.order_id = order["id"]
+    log(
+        f"order {order['id']} placed: {quote['total']} {quote['currency']}"
+        f" for {quote['hours']} h over {quote['environments']} environments"
+    )
+    order_mark_paid(
+        order_id=order["id"],
+        caller=Caller(None, None),
+        actor_label="staff:demo",
+        reason="Demo: payment marked by staff.",
+    )
+    log("payment marked received by staff; dispatch starts")
+    deadline = started + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        current = Order.objects.get(pk=order["id"])
+        state = f"{current.status} {current.accepted_hours}/{current.hours} h"
+        if state != last:
+            log(f"order: {state}")
+            last = state
+        if current.status in (
+            Order.Status.DELIVERED,
+            Order.Status.CANCELLED,
+            Order.Status.REFUNDED,
+        ):
+            break
+        time.sleep(1)
+    current = Order.objects.get(pk=order["id"])
+    result.status = current.status
+    result.accepted_hours = str(current.accepted_hours)
+    result.seconds_to_delivery = time.monotonic() - started
+    coverage = api.json("GET", f"/api/v1/orders/{order['id']}/coverage")
+    result.episodes_accepted = coverage["episodes"]["accepted"]
+    result.episodes_rejected = coverage["episodes"]["rejected"]
+    if current.status != Order.Status.DELIVERED:
+        result.problems.append(
+            f"order not delivered within {timeout:.0f}s (status {current.status})"
+        )
+        return result
+    if Decimal(current.accepted_hours) < current.hours:
+        result.problems.append(f"accepted {current.accepted_hours} h < ordered {current.hours} h")
+    [delivery] = api.json("GET", f"/api/v1/orders/{order['id']}/deliveries")["results"][:1]
+    status, headers, _ = api.request(
+        "GET", f"/api/v1/deliveries/{delivery['id']}/download?path=manifest.json", follow=False
+    )
+    if status != 302:
+        result.problems.append(f"download answered {status}, not a redirect")
+        return result
+    result.link = headers["Location"]
+    if verify:
+        result.files_verified = _verify(api, delivery["id"], result)
+    else:
+        result.files_verified = 1
+    return result
+
+
+def _verify(api: Api, delivery_id: str, result: DemoResult) -> int:
+    """Download every file through its own audited link; compare with manifest.json."""
+
+    def fetch(path: str) -> bytes:
+        status, headers, _ = api.request(
+            "GET", f"/api/v1/deliveries/{delivery_id}/download?path={path}", follow=False
+        )
+        if status != 302:
+            raise RuntimeError(f"{path}: download answered {status}")
+        with urllib.request.urlopen(headers["Location"], timeout=60) as response:  # noqa: S310
+            return response.read()
+
+    manifest = json.loads(fetch("manifest.json"))
+    verified = 0
+    for entry in manifest["files"]:
+        data = fetch(entry["path"])
+        if len(data) != entry["size"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            result.problems.append(f"{entry['path']}: bytes do not match the manifest")
+        else:
+            verified += 1
+    return verified
