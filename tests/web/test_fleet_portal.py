@@ -315,7 +315,7 @@ def test_job_pages_show_both_progress_bars_and_the_operators_own_timeline(
     assert "1.50 / 2 h reported" in detail and "0.50 / 2 h accepted by QA" in detail
     assert "Planned." in detail and "Offer accepted." in detail
     assert rival.name not in detail  # another fleet's part of the story is not shown
-    assert "Episodes and QA" in detail and "Not available yet" in detail
+    assert "Episodes and QA" in detail and 'id="episodes-empty"' in detail  # none uploaded yet
     filtered = fleet_client.get(reverse("job-list-page"), {"status": "completed"})
     assert "No jobs with this status." in filtered.content.decode()
 
