@@ -48,6 +48,7 @@ class RunSummary:
     offers_declined: int = 0
     episodes_uploaded: int = 0
     defective_uploaded: int = 0
+    uploads_by_method: Counter = field(default_factory=Counter)
     episodes_accepted: int = 0
     episodes_rejected: int = 0
     rejection_reasons: Counter = field(default_factory=Counter)
@@ -62,6 +63,7 @@ class RunSummary:
             "offers_declined": self.offers_declined,
             "episodes_uploaded": self.episodes_uploaded,
             "defective_uploaded": self.defective_uploaded,
+            "uploads_by_method": dict(self.uploads_by_method),
             "episodes_accepted": self.episodes_accepted,
             "episodes_rejected": self.episodes_rejected,
             "rejection_reasons": dict(self.rejection_reasons),
@@ -373,6 +375,7 @@ class FleetAgent:
         parts = self._put(episode_id, registered["upload"], episode)
         self._uploads[episode_id] = _Upload(job["id"], episode.duration_seconds, defect)
         self.summary.episodes_uploaded += 1
+        self.summary.uploads_by_method[registered["upload"]["method"]] += 1
         if defect:
             self.summary.defective_uploaded += 1
         completed = self.client.complete_episode(episode_id, parts)
