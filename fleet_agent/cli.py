@@ -1,5 +1,7 @@
 """`fleet-agent --config fleet.toml [--once] [--defect-rate 0.1] [--max-seconds N]`.
 
+Other flags: --wait-for-work (with --once), --seed, --retries, --register-only, --log-level.
+
 Exit status: 0 done (or stopped by SIGINT/SIGTERM), 1 the platform refused or could not be
 reached, 2 a bad configuration or command line.
 """
@@ -13,7 +15,7 @@ import signal
 import sys
 
 from fleet_agent.agent import FleetAgent
-from fleet_agent.client import ApiError, TransientError
+from fleet_agent.client import ApiClient, ApiError, RetryPolicy, TransientError
 from fleet_agent.config import ConfigError, load_config
 
 
@@ -46,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--register-only", action="store_true", help="register fleet, sites, robots and exit"
     )
+    parser.add_argument(
+        "--retries",
+        type=int,
+        default=6,
+        help="tries per request on connection errors, 5xx and 429 (6), with backoff",
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (INFO)")
     return parser
 
@@ -59,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.defect_rate is not None and not 0 <= args.defect_rate <= 1:
         parser.error("--defect-rate must be between 0 and 1")
+    if args.retries < 1:
+        parser.error("--retries must be at least 1")
     if args.max_seconds is not None and args.max_seconds <= 0:
         parser.error("--max-seconds must be > 0")
     try:
@@ -66,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"fleet-agent: {exc}", file=sys.stderr)
         return 2
-    agent = FleetAgent(config, defect_rate=args.defect_rate, seed=args.seed)
+    client = ApiClient(config.base_url, config.api_key, retry=RetryPolicy(attempts=args.retries))
+    agent = FleetAgent(config, client=client, defect_rate=args.defect_rate, seed=args.seed)
 
     def stop(signum, frame):
         logging.getLogger("fleet_agent").info("signal %s: stopping after this step", signum)
