@@ -81,7 +81,8 @@ class _Upload:
     job_id: str
     seconds: float
     defect: str | None
-    status: str = "uploaded"
+    parts: list | None = None  # multipart: the parts' ETags, to complete again if need be
+    status: str = "uploaded"  # then accepted, rejected, or abandoned
 
 
 class FleetAgent:
@@ -208,6 +209,8 @@ class FleetAgent:
         """Accept the pending offers a robot can do, decline the others; returns # accepted."""
         accepted = 0
         for offer in self.client.offers("pending"):
+            if offer["fleet"] != self.fleet["id"]:
+                continue  # another fleet of the same organization (another agent's)
             job = offer["job"]
             robot = self._robot_for(offer["site"], job)
             if robot is None:
@@ -244,15 +247,18 @@ class FleetAgent:
             self.register()
         self.heartbeat()
         busy = self.handle_offers() > 0
-        jobs = self.client.jobs()
+        jobs = [j for j in self.client.jobs() if j.get("fleet") == self.fleet["id"]]
         working = [j for j in jobs if j["status"] in WORKING]
         for job in jobs:
-            if (
-                job["status"] == "completed"
-                and job["id"] not in self.summary.jobs_completed
-                and any(u.job_id == job["id"] for u in self._uploads.values())
+            if job["status"] != "completed":
+                continue
+            mine = [u for u in self._uploads.values() if u.job_id == job["id"]]
+            if mine and (
+                job["id"] not in self.summary.jobs_completed
+                or any(u.status == "uploaded" for u in mine)
             ):
-                self._refresh(job)  # count the last verdicts
+                self._refresh(job)  # count the verdicts that came after the last pass
+            if mine and job["id"] not in self.summary.jobs_completed:
                 self.summary.jobs_completed.add(job["id"])
                 log.info("job %s completed", job["id"])
         for job in working:
@@ -264,12 +270,24 @@ class FleetAgent:
                 if exc.status in (401, 403):
                     raise
                 self._error(f"job {job['id']}: {exc}")
-        waiting = any(u.status not in DECIDED for u in self._uploads.values())
+        working_ids = {j["id"] for j in working}
+        waiting = any(
+            u.status == "uploaded" and u.job_id in working_ids for u in self._uploads.values()
+        )
         self._idle = not busy and not working and not waiting
         return busy
 
     def work_on(self, job: dict) -> bool:
         """Report progress; collect and upload one episode if the job still needs time."""
+        try:
+            return self._work_on(job)
+        except ApiError as exc:
+            if exc.status == 404 or exc.code == "job_not_active":
+                log.info("job %s is no longer ours to work on: %s", job["id"], exc.message)
+                return False
+            raise
+
+    def _work_on(self, job: dict) -> bool:
         accepted, in_flight = self._refresh(job)
         target = Decimal(job["target_hours"]) * 3600
         self._report_progress(job, accepted)
@@ -291,7 +309,9 @@ class FleetAgent:
             elif status == "uploaded":
                 seconds = mine.seconds if mine else self.config.collection.min_episode_seconds
                 in_flight += Decimal(str(seconds))
-            if mine is not None:
+            if mine is not None and status == "registered" and mine.status == "uploaded":
+                self._complete_again(episode["id"], mine)
+            elif mine is not None:
                 self._record_verdict(episode["id"], mine, episode)
         return accepted, in_flight
 
@@ -314,6 +334,14 @@ class FleetAgent:
                 ", ".join(codes) or "no reason given",
                 upload.defect,
             )
+
+    def _complete_again(self, episode_id: str, upload: _Upload) -> None:
+        """The bytes went up but `complete` never arrived: send it again, or give up on it."""
+        try:
+            self.client.complete_episode(episode_id, upload.parts)
+        except ApiError as exc:
+            upload.status = "abandoned"
+            log.warning("episode %s abandoned: %s", episode_id, exc)
 
     def _report_progress(self, job: dict, accepted_seconds: Decimal) -> None:
         target = Decimal(job["target_hours"])
@@ -373,7 +401,7 @@ class FleetAgent:
             return self.collect_and_upload(job, missing_seconds)
         episode_id = registered["id"]
         parts = self._put(episode_id, registered["upload"], episode)
-        self._uploads[episode_id] = _Upload(job["id"], episode.duration_seconds, defect)
+        self._uploads[episode_id] = _Upload(job["id"], episode.duration_seconds, defect, parts)
         self.summary.episodes_uploaded += 1
         self.summary.uploads_by_method[registered["upload"]["method"]] += 1
         if defect:

@@ -61,13 +61,13 @@ def config_for(base_url, api_key, *, name="Agent Fleet", **collection):
     )
 
 
-def paid_order(customer, hours="0.02") -> Order:
+def paid_order(customer, hours="0.02", environments=1) -> Order:
     """A paid order, planned and dispatched as the order_paid signal would (tasks eager)."""
     order = OrderFactory(
         organization=customer.organization,
         status=Order.Status.PAID,
         hours=Decimal(hours),
-        environments=1,
+        environments=environments,
     )
     fleet_services.order_plan(order_id=order.id)  # autocommit: on_commit dispatch runs now
     return order
@@ -196,3 +196,51 @@ def test_offers_the_fleet_cannot_do_are_declined(platform, operator, customer):
     summary = agent.run_once(max_seconds=30)
     assert summary.offers_declined == 1 and summary.offers_accepted == 0
     assert Job.objects.get(order=order).status in (Job.Status.OPEN, Job.Status.FLAGGED)
+
+
+def test_two_agents_of_one_organization_each_take_only_their_fleets_offers(
+    platform, operator, customer
+):
+    first = FleetAgent(config_for(platform, operator.raw_key, name="North"))
+    second = FleetAgent(config_for(platform, operator.raw_key, name="South"))
+    first.register()
+    second.register()
+    # two environments: diversity puts them on distinct sites, one of each fleet
+    order = paid_order(customer, hours="0.02", environments=2)
+    assert Job.objects.filter(order=order, status=Job.Status.OFFERED).count() == 2
+
+    north = first.run_once(max_seconds=60)
+    assert north.offers_accepted == 1 and north.offers_declined == 0
+    assert len(north.jobs_completed) == 1
+    south = second.run_once(max_seconds=60)
+    assert south.offers_accepted == 1 and south.offers_declined == 0
+    assert {j.fleet.name for j in Job.objects.filter(order=order)} == {"North", "South"}
+    assert_delivered(order)
+
+
+def test_the_command_runs_a_bounded_session(platform, operator, customer, tmp_path, capsys):
+    from fleet_agent import cli
+
+    path = tmp_path / "fleet.toml"
+    path.write_text(
+        f'base_url = "{platform}"\napi_key_env = "TEST_FLEET_KEY"\n'
+        '[fleet]\nname = "CLI Fleet"\nweekly_capacity_hours = 40\npayout_rate_per_hour = 50\n'
+        '[[sites]]\nname = "Bench"\nkind = "lab_bench"\nobjects = ["peg-8mm"]\n'
+        '[[sites.robots]]\nname = "arm"\nembodiment = "franka-fr3"\n'
+        "[collection]\npoll_seconds = 0.1\nepisode_seconds = [10, 20]\n"
+    )
+    import os
+
+    os.environ["TEST_FLEET_KEY"] = operator.raw_key
+    try:
+        assert cli.main(["--config", str(path), "--register-only"]) == 0
+        order = paid_order(customer, hours="0.01")
+        code = cli.main(
+            ["--config", str(path), "--once", "--max-seconds", "60", "--defect-rate", "0.3"]
+        )
+    finally:
+        del os.environ["TEST_FLEET_KEY"]
+    assert code == 0
+    out = capsys.readouterr().out
+    assert '"stopped_because": "idle"' in out
+    assert_delivered(order)
