@@ -478,6 +478,11 @@ class FleetAgent:
             except TransientError as exc:  # the platform is down: keep trying, slowly
                 self._error(str(exc))
                 busy = False
+            except ApiError as exc:
+                if exc.status in (401, 403):
+                    raise  # a revoked key or a role that cannot operate: no point going on
+                self._error(str(exc))
+                busy = False
             if stop_when_idle and self._idle and (not wait_for_work or self.summary.jobs_completed):
                 reason = "idle"
                 break
