@@ -32,6 +32,7 @@ from decimal import ROUND_DOWN, Decimal
 from fleet_agent.client import ApiClient, ApiError, TransientError
 from fleet_agent.config import AgentConfig, SiteConfig
 from fleet_agent.episodes import Episode, choose_defect, make_episode
+from fleet_agent.webhooks import WebhookReceiver
 
 log = logging.getLogger("fleet_agent")
 
@@ -52,6 +53,7 @@ class RunSummary:
     episodes_accepted: int = 0
     episodes_rejected: int = 0
     rejection_reasons: Counter = field(default_factory=Counter)
+    webhooks_received: Counter = field(default_factory=Counter)
     jobs_completed: set = field(default_factory=set)
     errors: list = field(default_factory=list)
     elapsed_seconds: float = 0.0
@@ -67,6 +69,7 @@ class RunSummary:
             "episodes_accepted": self.episodes_accepted,
             "episodes_rejected": self.episodes_rejected,
             "rejection_reasons": dict(self.rejection_reasons),
+            "webhooks_received": dict(self.webhooks_received),
             "jobs_completed": sorted(self.jobs_completed),
             "errors": list(self.errors),
             "elapsed_seconds": round(self.elapsed_seconds, 2),
@@ -115,7 +118,9 @@ class FleetAgent:
         self._reported: dict[str, tuple[Decimal, float]] = {}  # job -> (hours, when)
         self._last_heartbeat = -math.inf
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by stop() and by webhooks: do not wait to poll
         self._idle = False
+        self.receiver: WebhookReceiver | None = None
 
     # --- registration -------------------------------------------------------------------
 
@@ -130,6 +135,8 @@ class FleetAgent:
             "timezone": wanted.timezone,
             "webhook_url": wanted.webhook_url,
         }
+        if self.config.webhook is not None:
+            body["webhook_url"] = self._start_receiver()
         fleet = next((f for f in self.client.fleets() if f["name"] == wanted.name), None)
         if fleet is None:
             fleet = self.client.create_fleet(body)
@@ -145,6 +152,10 @@ class FleetAgent:
             else:
                 log.info("reusing fleet %s (%s)", wanted.name, fleet["id"])
         self.fleet = fleet
+        if self.receiver is not None and not self.webhook_secret:
+            # The secret is shown only at creation: our receiver needs one, so rotate it.
+            self.webhook_secret = self.client.rotate_secret(fleet["id"])["webhook_secret"]
+            log.info("rotated the webhook secret of fleet %s for this receiver", wanted.name)
 
         existing_sites = [s for s in self.client.sites() if s["fleet"] == fleet["id"]]
         existing_robots = self.client.robots()
@@ -156,6 +167,31 @@ class FleetAgent:
             for robot_config in site_config.robots:
                 self.robots.append(self._ensure_robot(site, robot_config, existing_robots))
         return {"fleet": self.fleet, "sites": list(self.sites.values()), "robots": self.robots}
+
+    def _start_receiver(self) -> str:
+        if self.receiver is None:
+            wanted = self.config.webhook
+            self.receiver = WebhookReceiver(
+                secret=lambda: self.webhook_secret,
+                on_event=self._on_webhook,
+                host=wanted.host,
+                port=wanted.port,
+            )
+            self.receiver.start()
+        return self.config.webhook.url or self.receiver.url
+
+    def _on_webhook(self, payload: dict) -> None:
+        """offer.created, offer.expired, job.assigned, job.cancelled: look now, not later."""
+        event = str(payload.get("type", "unknown"))
+        self.summary.webhooks_received[event] += 1
+        log.info("webhook %s received", event)
+        self._wake.set()
+
+    def close(self) -> None:
+        """Stop the webhook receiver, if any (run() leaves it up between runs)."""
+        if self.receiver is not None:
+            self.receiver.stop()
+            self.receiver = None
 
     def _ensure_site(self, wanted: SiteConfig, existing: list[dict]) -> dict:
         body = {
@@ -490,7 +526,8 @@ class FleetAgent:
                 wait = self.config.collection.poll_seconds
                 if deadline is not None:
                     wait = max(0.0, min(wait, deadline - time.monotonic()))
-                self._stop.wait(wait)
+                self._wake.wait(wait)
+                self._wake.clear()
         self.summary.elapsed_seconds += time.monotonic() - started
         self.summary.stopped_because = reason
         log.info("run ended (%s): %s", reason, self.summary.as_dict())
@@ -503,6 +540,7 @@ class FleetAgent:
     def stop(self) -> None:
         """Finish the current upload, then return from run()."""
         self._stop.set()
+        self._wake.set()
 
     # --- helpers ------------------------------------------------------------------------------
 

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     try:
         agent.register()
-        if agent.webhook_secret:
+        if agent.webhook_secret and agent.receiver is None:  # for the operator's own receiver
             print(f"webhook secret (shown once): {agent.webhook_secret}", file=sys.stderr)
         if args.register_only:
             return 0
@@ -99,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ApiError, TransientError) as exc:
         print(f"fleet-agent: {exc}", file=sys.stderr)
         return 1
+    finally:
+        agent.close()
     print(json.dumps(summary.as_dict(), indent=2))
     return 0
 

@@ -210,6 +210,9 @@ class ApiClient:
     def update_fleet(self, fleet_id: str, body: dict) -> dict:
         return self.patch(f"fleet/fleets/{fleet_id}", body)
 
+    def rotate_secret(self, fleet_id: str) -> dict:
+        return self.post(f"fleet/fleets/{fleet_id}/rotate-secret")
+
     def heartbeat(self, fleet_id: str) -> dict:
         return self.post(f"fleet/fleets/{fleet_id}/heartbeat")
 

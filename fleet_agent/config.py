@@ -32,6 +32,10 @@
     heartbeat_seconds = 60
     seed = 0                           # omit for a different run every time
 
+    [webhook]                          # optional: receive offers instead of only polling
+    listen = "0.0.0.0:8765"            # the receiver's address
+    url = "https://fleet.example.com/webhooks/marketplace"  # how the platform reaches it
+
 `load_config(path)` raises `ConfigError` naming the offending key on anything invalid.
 """
 
@@ -103,12 +107,22 @@ class CollectionConfig:
 
 
 @dataclass(frozen=True)
+class WebhookConfig:
+    """Run a receiver on host:port; `url` is where the platform reaches it (default: local)."""
+
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: any free port (then url must be empty: it is derived)
+    url: str = ""
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     base_url: str
     api_key: str
     fleet: FleetConfig
     sites: tuple[SiteConfig, ...]
     collection: CollectionConfig = field(default_factory=CollectionConfig)
+    webhook: WebhookConfig | None = None
 
 
 def load_config(path: str | os.PathLike, environ: dict | None = None) -> AgentConfig:
@@ -131,7 +145,9 @@ def load_config(path: str | os.PathLike, environ: dict | None = None) -> AgentCo
 def parse_config(raw: dict, environ: dict | None = None) -> AgentConfig:
     """Validate an already parsed TOML document (a dict)."""
     environ = os.environ if environ is None else environ
-    _only(raw, "", {"base_url", "api_key", "api_key_env", "fleet", "sites", "collection"})
+    _only(
+        raw, "", {"base_url", "api_key", "api_key_env", "fleet", "sites", "collection", "webhook"}
+    )
     base_url = _string(raw, "base_url", "")
     if not re.match(r"^https?://[^/\s]+", base_url):
         raise ConfigError("base_url: an http(s) URL such as http://127.0.0.1:8000")
@@ -153,13 +169,32 @@ def parse_config(raw: dict, environ: dict | None = None) -> AgentConfig:
     if len(set(names)) != len(names):
         raise ConfigError("sites: site names must be unique (they identify sites)")
     collection = _collection(raw.get("collection", {}))
+    webhook = _webhook(raw["webhook"]) if "webhook" in raw else None
+    if webhook and fleet.webhook_url:
+        raise ConfigError("fleet.webhook_url: leave it out when [webhook] runs the receiver")
     return AgentConfig(
         base_url=base_url.rstrip("/"),
         api_key=api_key.strip(),
         fleet=fleet,
         sites=sites,
         collection=collection,
+        webhook=webhook,
     )
+
+
+def _webhook(raw) -> WebhookConfig:
+    where = "webhook"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: a table")
+    _only(raw, where, {"listen", "url"})
+    listen = _string(raw, "listen", where, "127.0.0.1:0")
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{where}.listen: host:port, e.g. 127.0.0.1:8765 (port 0: any)")
+    url = _string(raw, "url", where, "", allow_empty=True)
+    if url and not re.match(r"^https?://[^/\s]+", url):
+        raise ConfigError(f"{where}.url: the http(s) URL the platform posts to")
+    return WebhookConfig(host=host, port=int(port), url=url)
 
 
 def _fleet(raw: dict) -> FleetConfig:

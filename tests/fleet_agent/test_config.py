@@ -116,3 +116,18 @@ def test_no_sites_missing_file_and_bad_toml(tmp_path):
         load_config(tmp_path / "missing.toml")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(write(tmp_path, "base_url = "))
+
+
+def test_webhook_table(tmp_path):
+    config = load_config(write(tmp_path, MINIMAL + '\n[webhook]\nlisten = "127.0.0.2:8765"\n'))
+    assert (config.webhook.host, config.webhook.port, config.webhook.url) == ("127.0.0.2", 8765, "")
+    assert load_config(write(tmp_path, MINIMAL)).webhook is None
+    with pytest.raises(ConfigError, match=r"webhook\.listen"):
+        load_config(write(tmp_path, MINIMAL + '\n[webhook]\nlisten = "8765"\n'))
+    with pytest.raises(ConfigError, match=r"webhook\.url"):
+        load_config(write(tmp_path, MINIMAL + '\n[webhook]\nurl = "ftp://x"\n'))
+    both = MINIMAL.replace(
+        "payout_rate_per_hour = 60.5", 'payout_rate_per_hour = 1\nwebhook_url = "https://x.example"'
+    )
+    with pytest.raises(ConfigError, match="leave it out"):
+        load_config(write(tmp_path, both + "\n[webhook]\n"))

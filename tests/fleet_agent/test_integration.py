@@ -9,6 +9,7 @@ import pytest
 
 from datasets.models import Delivery, Episode
 from fleet_agent import FleetAgent, parse_config
+from fleet_agent.config import WebhookConfig
 from fleets import services as fleet_services
 from fleets.models import Fleet, Job, Robot, Site
 from marketplace.models import Organization
@@ -243,4 +244,25 @@ def test_the_command_runs_a_bounded_session(platform, operator, customer, tmp_pa
     assert code == 0
     out = capsys.readouterr().out
     assert '"stopped_because": "idle"' in out
+    assert_delivered(order)
+
+
+def test_a_receiver_gets_signed_offer_webhooks(platform, operator, customer, settings):
+    settings.FLEETS_WEBHOOK_ALLOW_INSECURE = True  # the receiver is on loopback http
+    config = config_for(platform, operator.raw_key)
+    config = config.__class__(**{**config.__dict__, "webhook": WebhookConfig()})
+    FleetAgent(config_for(platform, operator.raw_key)).register()  # an earlier run, no hooks
+    agent = FleetAgent(config)
+    try:
+        agent.register()  # reuses the fleet: rotates its secret, points it at the receiver
+        fleet = Fleet.objects.get(pk=agent.fleet["id"])
+        assert fleet.webhook_url == agent.receiver.url
+        assert fleet.webhook_secret == agent.webhook_secret
+        order = paid_order(customer, hours="0.01")  # offer.created is posted to the receiver
+        assert agent.summary.webhooks_received["offer.created"] == 1
+        assert agent.receiver.rejected == 0
+        summary = agent.run_once(max_seconds=60)
+    finally:
+        agent.close()
+    assert summary.offers_accepted == 1
     assert_delivered(order)

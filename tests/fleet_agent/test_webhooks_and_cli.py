@@ -36,3 +36,41 @@ def test_cli_unreachable_platform_exits_1(tmp_path, capsys):
     )
     assert cli.main(["--config", str(path), "--once", "--max-seconds", "5", "--retries", "1"]) == 1
     assert "failed after 1 tries" in capsys.readouterr().err
+
+
+def _post(url, body, headers):
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_the_receiver_verifies_dedupes_and_hands_events_on():
+    events = []
+    secret = {"value": "whsec_1"}
+    receiver = webhooks.WebhookReceiver(secret=lambda: secret["value"], on_event=events.append)
+    url = receiver.start()
+    try:
+        body = b'{"type": "offer.created", "data": {}}'
+        signed = {
+            "X-Marketplace-Signature": webhooks.sign("whsec_1", body),
+            "X-Marketplace-Delivery": "d1",
+            "Content-Type": "application/json",
+        }
+        assert _post(url, body, signed) == 200
+        assert _post(url, body, signed) == 200  # a retry of the same delivery
+        assert events == [{"type": "offer.created", "data": {}}]
+        forged = {**signed, "X-Marketplace-Signature": webhooks.sign("whsec_x", body)}
+        assert _post(url, body, {**forged, "X-Marketplace-Delivery": "d2"}) == 401
+        secret["value"] = "whsec_2"  # rotated: old signatures no longer pass
+        assert _post(url, body, {**signed, "X-Marketplace-Delivery": "d3"}) == 401
+        assert receiver.rejected == 2
+        assert _post(url.replace("/marketplace", "/other"), body, signed) == 404
+        assert len(events) == 1
+    finally:
+        receiver.stop()
