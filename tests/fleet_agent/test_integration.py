@@ -266,3 +266,57 @@ def test_a_receiver_gets_signed_offer_webhooks(platform, operator, customer, set
         agent.close()
     assert summary.offers_accepted == 1
     assert_delivered(order)
+
+
+def test_with_qa_running_later_the_agent_waits_for_verdicts(
+    platform, operator, customer, monkeypatch
+):
+    """As with a real worker: QA decides after `complete` returns. The agent counts undecided
+    episodes as in flight, so it neither stalls nor collects much more than the target."""
+    import threading
+    import time
+
+    from django.db import OperationalError
+
+    from datasets import services as dataset_services
+
+    def run_qa(episode_id):
+        """As the qa_episode task does: retry transient database errors. (Registration and
+        QA accrual can deadlock on the job and order rows; Postgres aborts one side and the
+        task, or the agent's request, is retried.)"""
+        for attempt in range(5):
+            try:
+                return dataset_services.episode_run_qa(episode_id=episode_id)
+            except OperationalError:
+                if attempt == 4:
+                    raise
+                time.sleep(0.2)
+
+    queued = []
+    monkeypatch.setattr(dataset_services, "_enqueue_qa", queued.append)
+    agent = FleetAgent(config_for(platform, operator.raw_key, defect_rate=0.3))
+    agent.register()
+    order = paid_order(customer, hours="0.02")
+    results = {}
+    runner = threading.Thread(target=lambda: results.update(s=agent.run_once(max_seconds=90)))
+    runner.start()
+    try:
+        deadline = time.monotonic() + 90
+        while runner.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.3)  # the "worker" lags behind the uploads
+            while queued:
+                run_qa(queued.pop(0))
+    finally:
+        agent.stop()
+        runner.join(10)
+    while queued:  # an episode uploaded as the job completed is still decided
+        run_qa(queued.pop(0))
+    summary = results["s"]
+    assert summary.stopped_because == "idle", summary.as_dict()
+    assert_delivered(order)
+    accepted = Episode.objects.filter(order=order, status="accepted")
+    overshoot = sum(e.duration_seconds for e in accepted) - order.hours * 3600
+    assert overshoot < 25  # at most about one episode more than needed
+    assert not Episode.objects.filter(order=order, status__in=["registered", "uploaded"]).exists()
+    assert summary.episodes_uploaded == Episode.objects.filter(order=order).count()
+    assert summary.episodes_accepted + summary.episodes_rejected <= summary.episodes_uploaded
