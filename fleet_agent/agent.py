@@ -1,0 +1,591 @@
+"""The fleet agent: register, take offers, collect and upload episodes until jobs are done.
+
+One pass (`FleetAgent.step`) does, in order:
+
+1. a fleet heartbeat when one is due (`collection.heartbeat_seconds`);
+2. every pending offer: accept it when a robot at the offered site can do the job
+   (embodiment, end effector, sensors), else decline it with the reason;
+3. every job the fleet holds that is `assigned` or `in_progress`: read its episodes
+   (`GET /fleet/jobs/<id>/episodes`), add up the accepted time, report progress, and when
+   accepted plus still-undecided time falls short of the job's target, "collect" one more
+   episode, register it, PUT its bytes (one PUT or multipart, as the instructions say),
+   and complete it. Rejected episodes simply do not count, so they are re-collected.
+
+`run()` repeats passes until stopped (`stop()`, or SIGINT/SIGTERM in the CLI), a time limit,
+or, with `stop_when_idle`, until nothing is left to do. `run_once(max_seconds=...)` is the
+bounded mode for tests and demos. Only the public HTTP API is used (see client.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import re
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from decimal import ROUND_DOWN, Decimal
+
+from fleet_agent.client import ApiClient, ApiError, TransientError
+from fleet_agent.config import AgentConfig, SiteConfig
+from fleet_agent.episodes import Episode, choose_defect, make_episode
+from fleet_agent.webhooks import WebhookReceiver
+
+log = logging.getLogger("fleet_agent")
+
+WORKING = ("assigned", "in_progress")
+DECIDED = ("accepted", "rejected")
+FPS_IN_MESSAGE = re.compile(r"recorded at (\d+) fps")
+
+
+@dataclass
+class RunSummary:
+    """What a run did; `run()` returns it, and `FleetAgent.summary` keeps it up to date."""
+
+    offers_accepted: int = 0
+    offers_declined: int = 0
+    episodes_uploaded: int = 0
+    defective_uploaded: int = 0
+    uploads_by_method: Counter = field(default_factory=Counter)
+    episodes_accepted: int = 0
+    episodes_rejected: int = 0
+    rejection_reasons: Counter = field(default_factory=Counter)
+    webhooks_received: Counter = field(default_factory=Counter)
+    jobs_completed: set = field(default_factory=set)
+    errors: list = field(default_factory=list)
+    elapsed_seconds: float = 0.0
+    stopped_because: str = ""
+
+    def as_dict(self) -> dict:
+        return {
+            "offers_accepted": self.offers_accepted,
+            "offers_declined": self.offers_declined,
+            "episodes_uploaded": self.episodes_uploaded,
+            "defective_uploaded": self.defective_uploaded,
+            "uploads_by_method": dict(self.uploads_by_method),
+            "episodes_accepted": self.episodes_accepted,
+            "episodes_rejected": self.episodes_rejected,
+            "rejection_reasons": dict(self.rejection_reasons),
+            "webhooks_received": dict(self.webhooks_received),
+            "jobs_completed": sorted(self.jobs_completed),
+            "errors": list(self.errors),
+            "elapsed_seconds": round(self.elapsed_seconds, 2),
+            "stopped_because": self.stopped_because,
+        }
+
+
+@dataclass
+class _Upload:
+    """An episode this agent uploaded and whose verdict it is waiting for."""
+
+    job_id: str
+    seconds: float
+    defect: str | None
+    parts: list | None = None  # multipart: the parts' ETags, to complete again if need be
+    status: str = "uploaded"  # then accepted, rejected, or abandoned
+
+
+class FleetAgent:
+    """A reference fleet: see the module docstring. Thread-safe to `stop()` from elsewhere."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        client: ApiClient | None = None,
+        defect_rate: float | None = None,
+        seed: int | None = None,
+    ):
+        self.config = config
+        self.client = client or ApiClient(config.base_url, config.api_key)
+        self.defect_rate = config.collection.defect_rate if defect_rate is None else defect_rate
+        if not 0 <= self.defect_rate <= 1:
+            raise ValueError("defect_rate must be between 0 and 1")
+        seed = config.collection.seed if seed is None else seed
+        self.rng = random.Random(seed)
+        self.summary = RunSummary()
+        self.fleet: dict | None = None
+        self.webhook_secret: str | None = None  # only when this run created the fleet
+        self.sites: dict[str, dict] = {}  # id -> site
+        self.site_configs: dict[str, SiteConfig] = {}  # id -> its configuration
+        self.robots: list[dict] = []
+        self._action_dims: dict[str, int] = {}
+        self._order_fps: dict[str, int] = {}
+        self._uploads: dict[str, _Upload] = {}  # episode id -> upload
+        self._reported: dict[str, tuple[Decimal, float]] = {}  # job -> (hours, when)
+        self._last_heartbeat = -math.inf
+        self._stop = threading.Event()
+        self._wake = threading.Event()  # set by stop() and by webhooks: do not wait to poll
+        self._idle = False
+        self.receiver: WebhookReceiver | None = None
+
+    # --- registration -------------------------------------------------------------------
+
+    def register(self) -> dict:
+        """Find or create the fleet, its sites and robots by name; update what differs."""
+        wanted = self.config.fleet
+        body = {
+            "name": wanted.name,
+            "weekly_capacity_hours": str(wanted.weekly_capacity_hours),
+            "payout_rate_per_hour": str(wanted.payout_rate_per_hour),
+            "currency": wanted.currency,
+            "timezone": wanted.timezone,
+            "webhook_url": wanted.webhook_url,
+        }
+        if self.config.webhook is not None:
+            body["webhook_url"] = self._start_receiver()
+        fleet = next((f for f in self.client.fleets() if f["name"] == wanted.name), None)
+        if fleet is None:
+            fleet = self.client.create_fleet(body)
+            self.webhook_secret = fleet.get("webhook_secret")
+            log.info("created fleet %s (%s)", wanted.name, fleet["id"])
+        else:
+            changes = {k: v for k, v in body.items() if not _same(fleet.get(k), v)}
+            if fleet.get("status") != "active":
+                changes["status"] = "active"
+            if changes:
+                fleet = self.client.update_fleet(fleet["id"], changes)
+                log.info("updated fleet %s: %s", wanted.name, ", ".join(sorted(changes)))
+            else:
+                log.info("reusing fleet %s (%s)", wanted.name, fleet["id"])
+        self.fleet = fleet
+        if self.receiver is not None and not self.webhook_secret:
+            # The secret is shown only at creation: our receiver needs one, so rotate it.
+            self.webhook_secret = self.client.rotate_secret(fleet["id"])["webhook_secret"]
+            log.info("rotated the webhook secret of fleet %s for this receiver", wanted.name)
+
+        existing_sites = [s for s in self.client.sites() if s["fleet"] == fleet["id"]]
+        existing_robots = self.client.robots()
+        self.sites, self.site_configs, self.robots = {}, {}, []
+        for site_config in self.config.sites:
+            site = self._ensure_site(site_config, existing_sites)
+            self.sites[site["id"]] = site
+            self.site_configs[site["id"]] = site_config
+            for robot_config in site_config.robots:
+                self.robots.append(self._ensure_robot(site, robot_config, existing_robots))
+        return {"fleet": self.fleet, "sites": list(self.sites.values()), "robots": self.robots}
+
+    def _start_receiver(self) -> str:
+        if self.receiver is None:
+            wanted = self.config.webhook
+            self.receiver = WebhookReceiver(
+                secret=lambda: self.webhook_secret,
+                on_event=self._on_webhook,
+                host=wanted.host,
+                port=wanted.port,
+            )
+            self.receiver.start()
+        return self.config.webhook.url or self.receiver.url
+
+    def _on_webhook(self, payload: dict) -> None:
+        """offer.created, offer.expired, job.assigned, job.cancelled: look now, not later."""
+        event = str(payload.get("type", "unknown"))
+        self.summary.webhooks_received[event] += 1
+        log.info("webhook %s received", event)
+        self._wake.set()
+
+    def close(self) -> None:
+        """Stop the webhook receiver, if any (run() leaves it up between runs)."""
+        if self.receiver is not None:
+            self.receiver.stop()
+            self.receiver = None
+
+    def _ensure_site(self, wanted: SiteConfig, existing: list[dict]) -> dict:
+        body = {
+            "name": wanted.name,
+            "kind": wanted.kind,
+            "objects_available": sorted(set(wanted.objects)),
+            "description": wanted.description,
+            "active": True,
+        }
+        site = next((s for s in existing if s["name"] == wanted.name), None)
+        if site is None:
+            site = self.client.create_site({"fleet": self.fleet["id"], **body})
+            log.info("created site %s (%s)", wanted.name, site["id"])
+            return site
+        changes = {k: v for k, v in body.items() if not _same(site.get(k), v)}
+        if changes:
+            site = self.client.update_site(site["id"], changes)
+            log.info("updated site %s: %s", wanted.name, ", ".join(sorted(changes)))
+        return site
+
+    def _ensure_robot(self, site: dict, wanted, existing: list[dict]) -> dict:
+        body = {
+            "name": wanted.name,
+            "embodiment": wanted.embodiment,
+            "end_effector": wanted.end_effector,
+            "sensors": sorted(set(wanted.sensors)),
+            "active": True,
+        }
+        robot = next(
+            (r for r in existing if r["site"] == site["id"] and r["name"] == wanted.name), None
+        )
+        if robot is None:
+            robot = self.client.create_robot({"site": site["id"], **body})
+            log.info("created robot %s at %s", wanted.name, site["name"])
+            return robot
+        changes = {k: v for k, v in body.items() if not _same(robot.get(k), v)}
+        if changes:
+            robot = self.client.update_robot(robot["id"], changes)
+            log.info("updated robot %s: %s", wanted.name, ", ".join(sorted(changes)))
+        return robot
+
+    # --- one pass -------------------------------------------------------------------------
+
+    def heartbeat(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._last_heartbeat >= self.config.collection.heartbeat_seconds:
+            self.client.heartbeat(self.fleet["id"])
+            self._last_heartbeat = now
+
+    def handle_offers(self) -> int:
+        """Accept the pending offers a robot can do, decline the others; returns # accepted."""
+        accepted = 0
+        for offer in self.client.offers("pending"):
+            if offer["fleet"] != self.fleet["id"]:
+                continue  # another fleet of the same organization (another agent's)
+            job = offer["job"]
+            robot = self._robot_for(offer["site"], job)
+            if robot is None:
+                reason = (
+                    f"No active robot at this site with {job['embodiment']}, "
+                    f"{job['end_effector']} and sensors {job.get('sensors') or []}."
+                )
+                try:
+                    self.client.decline_offer(offer["id"], reason)
+                    self.summary.offers_declined += 1
+                    log.info("declined offer %s: %s", offer["id"], reason)
+                except ApiError as exc:
+                    log.warning("could not decline offer %s: %s", offer["id"], exc)
+                continue
+            try:
+                self.client.accept_offer(offer["id"])
+            except ApiError as exc:  # taken, expired or withdrawn meanwhile
+                log.info("offer %s not accepted: %s", offer["id"], exc)
+                continue
+            accepted += 1
+            self.summary.offers_accepted += 1
+            log.info(
+                "accepted offer %s: job %s, %s h of %s",
+                offer["id"],
+                job["id"],
+                job["target_hours"],
+                job["task_type"],
+            )
+        return accepted
+
+    def step(self) -> bool:
+        """One pass (see the module docstring). True if it did work (accepted, uploaded)."""
+        if self.fleet is None:
+            self.register()
+        self.heartbeat()
+        busy = self.handle_offers() > 0
+        jobs = [j for j in self.client.jobs() if j.get("fleet") == self.fleet["id"]]
+        working = [j for j in jobs if j["status"] in WORKING]
+        for job in jobs:
+            if job["status"] != "completed":
+                continue
+            mine = [u for u in self._uploads.values() if u.job_id == job["id"]]
+            if mine and (
+                job["id"] not in self.summary.jobs_completed
+                or any(u.status == "uploaded" for u in mine)
+            ):
+                self._refresh(job)  # count the verdicts that came after the last pass
+            if mine and job["id"] not in self.summary.jobs_completed:
+                self.summary.jobs_completed.add(job["id"])
+                log.info("job %s completed", job["id"])
+        for job in working:
+            if self._stop.is_set():
+                break
+            try:
+                busy = self.work_on(job) or busy
+            except ApiError as exc:
+                if exc.status in (401, 403):
+                    raise
+                self._error(f"job {job['id']}: {exc}")
+        working_ids = {j["id"] for j in working}
+        waiting = any(
+            u.status == "uploaded" and u.job_id in working_ids for u in self._uploads.values()
+        )
+        self._idle = not busy and not working and not waiting
+        return busy
+
+    def work_on(self, job: dict) -> bool:
+        """Report progress; collect and upload one episode if the job still needs time."""
+        try:
+            return self._work_on(job)
+        except ApiError as exc:
+            if exc.status == 404 or exc.code == "job_not_active":
+                log.info("job %s is no longer ours to work on: %s", job["id"], exc.message)
+                return False
+            raise
+
+    def _work_on(self, job: dict) -> bool:
+        accepted, in_flight = self._refresh(job)
+        target = Decimal(job["target_hours"]) * 3600
+        self._report_progress(job, accepted)
+        missing = target - accepted - in_flight
+        if missing <= 0:
+            return False  # enough is accepted or waiting for QA
+        self.collect_and_upload(job, float(missing))
+        return True
+
+    def _refresh(self, job: dict) -> tuple[Decimal, Decimal]:
+        """(accepted, undecided) seconds of the job; counts verdicts on our uploads."""
+        accepted = Decimal(0)
+        in_flight = Decimal(0)
+        for episode in self.client.episodes(job["id"]):
+            status = episode["status"]
+            mine = self._uploads.get(episode["id"])
+            if status == "accepted":
+                accepted += Decimal(str(episode["duration_seconds"] or 0))
+            elif status == "uploaded":
+                seconds = mine.seconds if mine else self.config.collection.min_episode_seconds
+                in_flight += Decimal(str(seconds))
+            if mine is not None and status == "registered" and mine.status == "uploaded":
+                self._complete_again(episode["id"], mine)
+            elif mine is not None:
+                self._record_verdict(episode["id"], mine, episode)
+        return accepted, in_flight
+
+    def _record_verdict(self, episode_id: str, upload: _Upload, episode: dict) -> None:
+        status = episode["status"]
+        if upload.status in DECIDED or status not in DECIDED:
+            return
+        upload.status = status
+        if status == "accepted":
+            self.summary.episodes_accepted += 1
+            if upload.defect:
+                log.warning("episode %s accepted despite defect %s", episode_id, upload.defect)
+        else:
+            self.summary.episodes_rejected += 1
+            codes = [f["code"] for f in episode.get("qa_failures") or []]
+            self.summary.rejection_reasons.update(codes)
+            log.info(
+                "episode %s rejected (%s; defect we made: %s): will re-collect",
+                episode_id,
+                ", ".join(codes) or "no reason given",
+                upload.defect,
+            )
+
+    def _complete_again(self, episode_id: str, upload: _Upload) -> None:
+        """The bytes went up but `complete` never arrived: send it again, or give up on it."""
+        try:
+            self.client.complete_episode(episode_id, upload.parts)
+        except ApiError as exc:
+            upload.status = "abandoned"
+            log.warning("episode %s abandoned: %s", episode_id, exc)
+
+    def _report_progress(self, job: dict, accepted_seconds: Decimal) -> None:
+        target = Decimal(job["target_hours"])
+        hours = min(target, (accepted_seconds / 3600).quantize(Decimal("0.01"), ROUND_DOWN))
+        last = self._reported.get(job["id"])
+        now = time.monotonic()
+        due = last is None or last[0] != hours
+        due = due or now - last[1] >= self.config.collection.heartbeat_seconds
+        if due:
+            self.client.report_progress(job["id"], str(hours))
+            self._reported[job["id"]] = (hours, now)
+
+    # --- collecting and uploading -----------------------------------------------------------
+
+    def collect_and_upload(self, job: dict, missing_seconds: float) -> str:
+        """Record (synthesize) one episode for the job, upload it, complete it; its id."""
+        collection = self.config.collection
+        robot = self._robot_for(job["site"], job)
+        if robot is None:
+            raise ApiError(0, "no_robot", f"No robot at site {job['site']} can do job {job['id']}.")
+        fps = self._order_fps.get(job["order"], collection.fps)
+        seconds = self.rng.uniform(collection.min_episode_seconds, collection.max_episode_seconds)
+        if missing_seconds < seconds:  # the last one: just enough, a frame to spare
+            needed = (math.ceil(missing_seconds * fps) + 1) / fps
+            seconds = max(collection.min_episode_seconds, needed)
+        defect = choose_defect(self.rng, self.defect_rate)
+        dim = self._action_dim(job["embodiment"])
+        episode = make_episode(
+            action_dim=dim,
+            fps=fps,
+            seconds=seconds,
+            seed=self.rng.getrandbits(32),
+            defect=defect,
+        )
+        site_config = self.site_configs.get(job["site"])
+        objects = list(site_config.objects) if site_config else []
+        handled = self.rng.sample(objects, k=min(len(objects), self.rng.randint(1, 3)))
+        body = {
+            "site": job["site"],
+            "robot": robot["id"],
+            "operator": self.rng.choice(collection.operators),
+            "task_instruction": job["task_type"].replace("-", " "),
+            "success": self.rng.random() < collection.success_rate,
+            "fps": fps,
+            "size_bytes": episode.size_bytes,
+            "sha256": episode.sha256,
+            "objects_handled": handled,
+        }
+        try:
+            registered = self.client.register_episode(job["id"], body, uuid.uuid4().hex)
+        except ApiError as exc:
+            order_fps = _order_fps(exc)
+            if order_fps is None or order_fps == fps:
+                raise
+            log.info("order %s is recorded at %d fps: switching", job["order"], order_fps)
+            self._order_fps[job["order"]] = order_fps
+            return self.collect_and_upload(job, missing_seconds)
+        episode_id = registered["id"]
+        parts = self._put(episode_id, registered["upload"], episode)
+        self._uploads[episode_id] = _Upload(job["id"], episode.duration_seconds, defect, parts)
+        self.summary.episodes_uploaded += 1
+        self.summary.uploads_by_method[registered["upload"]["method"]] += 1
+        if defect:
+            self.summary.defective_uploaded += 1
+        completed = self.client.complete_episode(episode_id, parts)
+        self._record_verdict(episode_id, self._uploads[episode_id], completed)
+        log.info(
+            "uploaded episode %s for job %s: %.1f s, %d bytes, %s%s",
+            episode_id,
+            job["id"],
+            episode.duration_seconds,
+            episode.size_bytes,
+            registered["upload"]["method"],
+            f", defect {defect}" if defect else "",
+        )
+        return episode_id
+
+    def _put(self, episode_id: str, upload: dict, episode: Episode) -> list[dict] | None:
+        """Send the bytes as instructed; renew the URLs once if storage refuses them."""
+        for attempt in range(2):
+            try:
+                if upload["method"] == "single":
+                    self.client.put_bytes(upload["url"], episode.data, upload["headers"])
+                    return None
+                return self._put_parts(upload, episode.data)
+            except ApiError as exc:
+                if attempt or exc.status not in (400, 403):
+                    raise
+                log.info("storage refused the upload (%s): renewing its URLs", exc)
+                upload = self.client.renew_upload(episode_id)
+        return None  # unreachable
+
+    def _put_parts(self, upload: dict, data: bytes) -> list[dict]:
+        size = int(upload["part_size"])
+        parts = []
+        for part in upload["parts"]:
+            number = int(part["part_number"])
+            chunk = data[(number - 1) * size : number * size]
+            response = self.client.put_bytes(part["url"], chunk, part["headers"])
+            etag = response.headers.get("etag")
+            if not etag:
+                raise ApiError(response.status, "no_etag", f"Part {number}: storage sent no ETag.")
+            parts.append({"part_number": number, "etag": etag})
+        return parts
+
+    # --- running --------------------------------------------------------------------------
+
+    def run(
+        self,
+        *,
+        max_seconds: float | None = None,
+        stop_when_idle: bool = False,
+        wait_for_work: bool = False,
+    ) -> RunSummary:
+        """Passes until stop(), max_seconds, or (stop_when_idle) nothing left to do.
+
+        With `wait_for_work`, being idle ends the run only after at least one job this agent
+        worked on has completed (a demo can start agents before the order is placed).
+        """
+        started = time.monotonic()
+        deadline = None if max_seconds is None else started + max_seconds
+        reason = "stopped"
+        if self.fleet is None:
+            self.register()
+        while True:
+            if self._stop.is_set():
+                reason = "stopped"
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                reason = "time limit"
+                break
+            try:
+                busy = self.step()
+            except TransientError as exc:  # the platform is down: keep trying, slowly
+                self._error(str(exc))
+                busy = False
+            except ApiError as exc:
+                if exc.status in (401, 403):
+                    raise  # a revoked key or a role that cannot operate: no point going on
+                self._error(str(exc))
+                busy = False
+            if stop_when_idle and self._idle and (not wait_for_work or self.summary.jobs_completed):
+                reason = "idle"
+                break
+            if not busy:
+                wait = self.config.collection.poll_seconds
+                if deadline is not None:
+                    wait = max(0.0, min(wait, deadline - time.monotonic()))
+                self._wake.wait(wait)
+                self._wake.clear()
+        self.summary.elapsed_seconds += time.monotonic() - started
+        self.summary.stopped_because = reason
+        log.info("run ended (%s): %s", reason, self.summary.as_dict())
+        return self.summary
+
+    def run_once(self, max_seconds: float = 300.0, *, wait_for_work: bool = False) -> RunSummary:
+        """Bounded run: until held jobs are done and no offer is pending, or max_seconds."""
+        return self.run(max_seconds=max_seconds, stop_when_idle=True, wait_for_work=wait_for_work)
+
+    def stop(self) -> None:
+        """Finish the current upload, then return from run()."""
+        self._stop.set()
+        self._wake.set()
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _robot_for(self, site_id: str, job: dict) -> dict | None:
+        sensors = set(job.get("sensors") or [])
+        for robot in self.robots:
+            if (
+                robot["site"] == site_id
+                and robot.get("active", True)
+                and robot["embodiment"] == job["embodiment"]
+                and robot["end_effector"] == job["end_effector"]
+                and sensors <= set(robot.get("sensors") or [])
+            ):
+                return robot
+        return None
+
+    def _action_dim(self, embodiment: str) -> int:
+        if embodiment not in self._action_dims:
+            self._action_dims = {
+                slug: int(e["action_dim"]) for slug, e in self.client.embodiments().items()
+            }
+        if embodiment not in self._action_dims:
+            raise ApiError(0, "unknown_embodiment", f"{embodiment!r} is not in the catalog.")
+        return self._action_dims[embodiment]
+
+    def _error(self, message: str) -> None:
+        log.error("%s", message)
+        self.summary.errors.append(message)
+
+
+def _same(current, wanted) -> bool:
+    """Compare an API value with a configured one (numbers arrive as decimal strings)."""
+    if isinstance(wanted, list):
+        return sorted(current or []) == sorted(wanted)
+    if isinstance(wanted, str) and isinstance(current, str):
+        try:
+            return Decimal(current) == Decimal(wanted)
+        except ArithmeticError:
+            return current == wanted
+    return current == wanted
+
+
+def _order_fps(exc: ApiError) -> int | None:
+    """The order's frame rate, from the 400 an episode at another rate gets."""
+    if exc.status != 400 or "fps" not in exc.fields:
+        return None
+    match = FPS_IN_MESSAGE.search(" ".join(map(str, exc.fields["fps"])) + " " + exc.message)
+    return int(match.group(1)) if match else None

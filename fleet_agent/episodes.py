@@ -1,0 +1,164 @@
+"""Synthetic episodes in the platform's episode file format (README, "Episode file format").
+
+One parquet file per episode with four columns QA reads:
+
+    observation.state  fixed_size_list<float32>[D]  joint state, D = the embodiment's action_dim
+    action             fixed_size_list<float32>[D]  commanded joint targets, same D
+    timestamp          float32                      frame_index / fps, seconds from the start
+    frame_index        int64                        0, 1, ..., n-1
+
+The trajectories are physically plausible: every joint moves smoothly (minimum-jerk segments
+between random waypoints inside the joint's limits), the last dimension is a gripper opening
+in metres, the measured state carries a little sensor noise, and the action is the next
+commanded position, i.e. state + velocity * dt, so actions and state velocities agree.
+
+`defect` makes an episode fail QA in a way QA can detect: a NaN in the state (`non_finite`),
+a jump in the timestamps (`timestamp_gap`) or vectors one element short (`vector_length`).
+Real fleets have their own recorders; this module is what the reference agent "collects".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+DEFECTS = ("nan", "timestamp_gap", "vector_length")
+JOINT_LIMIT_RAD = 2.6  # a conservative revolute range, inside e.g. the Franka's +-2.9 rad
+MAX_JOINT_SPEED = 1.5  # rad/s, well under typical arm limits
+GRIPPER_MAX_M = 0.08  # a parallel gripper's opening
+STATE_NOISE = 0.0005  # rad: encoder noise
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One collected episode: the file's bytes and what to declare when registering it."""
+
+    data: bytes
+    sha256: str
+    fps: int
+    frames: int
+    action_dim: int
+    defect: str | None = None
+
+    @property
+    def size_bytes(self) -> int:
+        return len(self.data)
+
+    @property
+    def duration_seconds(self) -> float:
+        return self.frames / self.fps
+
+
+def _min_jerk(start: np.ndarray, end: np.ndarray, steps: int) -> np.ndarray:
+    """Positions from start to end with zero velocity and acceleration at both ends."""
+    s = np.linspace(0.0, 1.0, steps, endpoint=False)[:, None]
+    blend = 10 * s**3 - 15 * s**4 + 6 * s**5
+    return start + (end - start) * blend
+
+
+def joint_trajectory(
+    *, frames: int, fps: int, dim: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, limits) of shape (frames, dim) and (dim,): smooth motion within limits."""
+    limits = np.full(dim, JOINT_LIMIT_RAD)
+    limits[-1] = GRIPPER_MAX_M
+    low = np.where(np.arange(dim) == dim - 1, 0.0, -limits)
+    high = limits
+    margin = 0.9  # keep waypoints off the hard stops
+    position = rng.uniform(low * margin, high * margin) if dim else np.zeros(0)
+    chunks = []
+    produced = 0
+    while produced < frames:
+        target = rng.uniform(low * margin, high * margin)
+        # A segment long enough that the peak speed (1.875 * distance / T) stays bounded.
+        distance = np.abs(target - position)
+        distance[-1] *= JOINT_LIMIT_RAD / GRIPPER_MAX_M  # gripper: scale to radian-like speed
+        seconds = max(1.0, float(np.max(distance)) * 1.875 / MAX_JOINT_SPEED)
+        steps = max(2, round(seconds * fps))
+        chunks.append(_min_jerk(position, target, steps))
+        produced += steps
+        position = target
+    positions = np.concatenate(chunks)[:frames]
+    return positions, limits
+
+
+def make_episode(
+    *,
+    action_dim: int,
+    fps: int = 30,
+    seconds: float = 20.0,
+    seed: int | None = None,
+    defect: str | None = None,
+) -> Episode:
+    """Generate one episode's parquet bytes. `defect` is None or one of DEFECTS."""
+    if action_dim < 1:
+        raise ValueError("action_dim must be at least 1")
+    if fps < 1:
+        raise ValueError("fps must be at least 1")
+    if defect is not None and defect not in DEFECTS:
+        raise ValueError(f"Unknown defect {defect!r}; one of {', '.join(DEFECTS)}.")
+    rng = np.random.default_rng(seed)
+    frames = max(2, round(seconds * fps))
+    commanded, _ = joint_trajectory(frames=frames + 1, fps=fps, dim=action_dim, rng=rng)
+    state = commanded[:-1] + rng.normal(0.0, STATE_NOISE, (frames, action_dim))
+    state[:, -1] = np.clip(state[:, -1], 0.0, GRIPPER_MAX_M)
+    # The command sent at frame t is where the joint should be at t+1: the position now plus
+    # the planned velocity times one frame period.
+    action = commanded[1:]
+    timestamp = np.arange(frames, dtype=np.float64) / fps
+    frame_index = np.arange(frames, dtype=np.int64)
+    width = action_dim
+
+    if defect == "nan":
+        row = int(rng.integers(0, frames))
+        state[row, int(rng.integers(0, action_dim))] = np.nan
+    elif defect == "timestamp_gap":
+        start = int(rng.integers(1, frames))
+        timestamp[start:] += 5.0 / fps  # a dropped stretch of recording: a 6-period jump
+    elif defect == "vector_length":
+        width = action_dim - 1 if action_dim > 1 else action_dim + 1
+        state = _resize(state, width)
+        action = _resize(action, width)
+
+    table = pa.table(
+        {
+            "observation.state": _vectors(state.astype(np.float32), width),
+            "action": _vectors(action.astype(np.float32), width),
+            "timestamp": pa.array(timestamp.astype(np.float32)),
+            "frame_index": pa.array(frame_index),
+        }
+    )
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    data = sink.getvalue()
+    return Episode(
+        data=data,
+        sha256=hashlib.sha256(data).hexdigest(),
+        fps=fps,
+        frames=frames,
+        action_dim=action_dim,
+        defect=defect,
+    )
+
+
+def _resize(matrix: np.ndarray, width: int) -> np.ndarray:
+    if width <= matrix.shape[1]:
+        return matrix[:, :width]
+    return np.concatenate([matrix, np.zeros((matrix.shape[0], width - matrix.shape[1]))], axis=1)
+
+
+def _vectors(matrix: np.ndarray, width: int) -> pa.FixedSizeListArray:
+    return pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1)), width)
+
+
+def choose_defect(rng: random.Random, defect_rate: float) -> str | None:
+    """A defect kind with probability defect_rate, else None."""
+    if defect_rate > 0 and rng.random() < defect_rate:
+        return rng.choice(DEFECTS)
+    return None
