@@ -306,8 +306,11 @@ def episode_record_qa(*, episode_id, result: QAResult, stored_key: str) -> Episo
 def _accrue(episode: Episode) -> None:
     """Add an accepted episode's time to its order and job (both rows locked here)."""
     seconds = episode.duration_seconds
-    order = Order.objects.select_for_update().get(pk=episode.order_id)
-    job = Job.objects.select_for_update().get(pk=episode.job_id)
+    # FOR NO KEY UPDATE: only non-key columns change, so inserting episodes (whose foreign keys
+    # take a KEY SHARE lock on these rows) is not blocked; that block, with registration
+    # holding the job, was a deadlock.
+    order = Order.objects.select_for_update(no_key=True).get(pk=episode.order_id)
+    job = Job.objects.select_for_update(no_key=True).get(pk=episode.job_id)
     order.accepted_seconds += seconds
     order.accepted_hours = (order.accepted_seconds / 3600).quantize(
         Decimal("0.01"), rounding=ROUND_DOWN

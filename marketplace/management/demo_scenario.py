@@ -25,18 +25,20 @@ from marketplace import services as accounts
 from marketplace.models import ApiKey, Membership, Organization
 from marketplace.tenancy import Caller
 
+# Peg insertion is assembly work: dispatch wants a lab bench or a production line, one per
+# environment, so each fleet has one such site (and another kind it is not asked for).
 DEMO_FLEETS = [
     ("Demo Teleop Bay Berlin", [("Berlin lab bench", "lab_bench"), ("Berlin kitchen", "kitchen")]),
     (
         "Demo Factory Lyon",
         [("Lyon production line", "production_line"), ("Lyon warehouse", "warehouse_shelf")],
     ),
-    ("Demo Household Osaka", [("Osaka apartment", "household"), ("Osaka office", "office")]),
+    ("Demo Robotics Osaka", [("Osaka lab bench", "lab_bench"), ("Osaka apartment", "household")]),
 ]
 DEMO_ORDER = {
     "task_type": "peg-insertion",
     "embodiment": "franka-fr3",
-    "hours": "1",
+    "hours": "1.5",
     "environments": 3,
     "objects_per_environment": 4,
     "success_criterion": "Peg fully seated in its hole.",
@@ -157,7 +159,9 @@ def fleet_configs(directory: Path, base_url: str, *, defect_rate: float) -> list
     return paths
 
 
-def start_agents(paths: list[Path], *, once: bool, max_seconds: float) -> list[subprocess.Popen]:
+def start_agents(paths: list[Path], *, max_seconds: float) -> list[subprocess.Popen]:
+    """One fleet-agent process per fleet, bounded in time; run_platform stops them at the end
+    (not --once: an agent that went idle early could miss a job offered to it later)."""
     agents = []
     for path in paths:
         command = [
@@ -169,8 +173,7 @@ def start_agents(paths: list[Path], *, once: bool, max_seconds: float) -> list[s
             "--log-level",
             "WARNING",
         ]
-        if once:
-            command += ["--once", "--wait-for-work", "--max-seconds", str(int(max_seconds))]
+        command += ["--max-seconds", str(int(max_seconds))]
         agents.append(subprocess.Popen(command, cwd=settings.BASE_DIR, env=dict(os.environ)))  # noqa: S603
     return agents
 

@@ -172,7 +172,7 @@ class Command(BaseCommand):
         configs = demo_scenario.fleet_configs(
             Path(settings.DATA_DIR) / "demo", base_url, defect_rate=defect_rate
         )
-        agents = demo_scenario.start_agents(configs, once=once, max_seconds=timeout)
+        agents = demo_scenario.start_agents(configs, max_seconds=timeout + 60 if once else 86400)
         children.extend(agents)
         self.stdout.write(
             f"started {len(agents)} simulated fleets (fleet-agent); configs in {configs[0].parent}"
