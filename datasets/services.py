@@ -525,6 +525,8 @@ def _delivery_ready(
                 reason=f"Dataset delivered: {delivery.episodes} episodes, {delivery.seconds} s.",
             )
         transaction.on_commit(lambda: _enqueue("delivery_notify", delivery.id))
+        if delivery.order.organization.webhook_url:
+            transaction.on_commit(lambda: _enqueue("delivery_webhook", delivery.id))
     return delivery
 
 
@@ -549,6 +551,34 @@ def delivery_notify(*, delivery_id) -> int:
         from_email=None,
         recipient_list=recipients,
         fail_silently=True,
+    )
+
+
+def delivery_webhook_send(*, delivery_id):
+    """POST `delivery.ready` to the customer's webhook, signed like fleet webhooks."""
+    from fleets import webhooks
+
+    delivery = Delivery.objects.select_related("order__organization").get(pk=delivery_id)
+    organization = delivery.order.organization
+    if not organization.webhook_url:
+        return None
+    return webhooks.post(
+        url=organization.webhook_url,
+        secret=organization.webhook_secret,
+        event_type="delivery.ready",
+        delivery_id=str(delivery.id),
+        payload={
+            "type": "delivery.ready",
+            "data": {
+                "order": str(delivery.order_id),
+                "delivery": str(delivery.id),
+                "kind": delivery.kind,
+                "episodes": delivery.episodes,
+                "seconds": str(delivery.seconds),
+                "files": f"/api/v1/deliveries/{delivery.id}/files",
+            },
+        },
+        timeout=10,
     )
 
 

@@ -50,3 +50,14 @@ def delivery_assemble(delivery_id: str) -> str:
 @shared_task(**COMMON)
 def delivery_notify(delivery_id: str) -> int:
     return services.delivery_notify(delivery_id=delivery_id)
+
+
+@shared_task(bind=True, **{**COMMON, "max_retries": None})
+def delivery_webhook(self, delivery_id: str) -> str:
+    """Tell the customer's webhook; retried with exponential backoff, then given up."""
+    result = services.delivery_webhook_send(delivery_id=delivery_id)
+    if result is None or result.ok:
+        return "sent" if result else "no webhook"
+    if self.request.retries + 1 >= settings.CUSTOMER_WEBHOOK_MAX_ATTEMPTS:
+        return f"gave up: {result.error}"
+    raise self.retry(countdown=min(3600, 10 * 2**self.request.retries))

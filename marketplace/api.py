@@ -111,3 +111,37 @@ class ApiKeyRevoke(APIView):
         if api_key is None:
             raise NotFound("API key not found.")
         return Response(ApiKeySerializer(services.api_key_revoke(api_key=api_key)).data)
+
+
+class WebhookSettingSerializer(serializers.Serializer):
+    url = serializers.CharField(max_length=500, allow_blank=True)
+
+
+class WebhookSettingSetSerializer(WebhookSettingSerializer):
+    secret = serializers.CharField(read_only=True, help_text="Signs every event. Shown once.")
+
+
+class OrganizationWebhook(APIView):
+    """Where the organization's signed events go (customers: `delivery.ready`). Owners only.
+    Events carry `X-Marketplace-Signature: t=<unix>,v1=<hex HMAC-SHA256(secret, "t.body")>`."""
+
+    permission_classes = [IsAuthenticated, IsOrganizationOwner]
+    throttle_classes = [CallerRateThrottle]
+
+    @extend_schema(responses=WebhookSettingSerializer, summary="The organization's webhook URL")
+    def get(self, request):
+        return Response({"url": caller_for_request(request).organization.webhook_url})
+
+    @extend_schema(
+        request=WebhookSettingSerializer,
+        responses=WebhookSettingSetSerializer,
+        summary="Set the webhook URL (a new secret is returned once)",
+    )
+    def put(self, request):
+        serializer = WebhookSettingSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        secret = services.organization_set_webhook(
+            organization=caller_for_request(request).organization,
+            url=serializer.validated_data["url"],
+        )
+        return Response({"url": serializer.validated_data["url"].strip(), "secret": secret})

@@ -25,6 +25,9 @@ class Organization(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     name = models.CharField(max_length=200)
     kind = models.CharField(max_length=20, choices=Kind.choices)
+    # Where signed event notifications go (customers: delivery.ready); the secret signs them.
+    webhook_url = models.URLField(max_length=500, blank=True)
+    webhook_secret = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -120,3 +120,30 @@ def customer_signup(
             code="signup_refused",
             fields={"username": ["This username or email was just taken."]},
         ) from exc
+
+
+def organization_set_webhook(*, organization: Organization, url: str) -> str:
+    """Set (or, with an empty url, remove) where the organization's events are POSTed.
+    Returns the new signing secret, shown once; an empty string when removed."""
+    from urllib.parse import urlsplit
+
+    from django.conf import settings
+
+    url = (url or "").strip()
+    if url:
+        parts = urlsplit(url)
+        insecure_ok = settings.CUSTOMER_WEBHOOK_ALLOW_INSECURE
+        if (
+            parts.scheme not in ({"https", "http"} if insecure_ok else {"https"})
+            or not parts.hostname
+        ):
+            raise ServiceError(
+                "A webhook URL must be an https:// address.",
+                fields={"url": ["Use an https:// URL."]},
+            )
+    with transaction.atomic():
+        organization = Organization.objects.select_for_update().get(pk=organization.pk)
+        organization.webhook_url = url
+        organization.webhook_secret = secrets.token_hex(32) if url else ""
+        organization.save(update_fields=["webhook_url", "webhook_secret"])
+    return organization.webhook_secret

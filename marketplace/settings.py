@@ -201,6 +201,9 @@ ORDER_MIN_HOURS = os.environ.get("ORDER_MIN_HOURS", "1")
 ORDER_MAX_HOURS = os.environ.get("ORDER_MAX_HOURS", "10000")
 ORDER_MAX_ENVIRONMENTS = int(os.environ.get("ORDER_MAX_ENVIRONMENTS", "500"))
 IDEMPOTENCY_KEY_TTL_HOURS = int(os.environ.get("IDEMPOTENCY_KEY_TTL_HOURS", "24"))
+# Organizations' own event webhooks (customers: delivery.ready): plain http only for local runs.
+CUSTOMER_WEBHOOK_ALLOW_INSECURE = env_bool("CUSTOMER_WEBHOOK_ALLOW_INSECURE", DEBUG)
+CUSTOMER_WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("CUSTOMER_WEBHOOK_MAX_ATTEMPTS", "8"))
 
 # --- Production hardening (issue-independent defaults that are safe behind TLS) ---------------
 SECURE_CONTENT_TYPE_NOSNIFF = True

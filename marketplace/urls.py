@@ -13,6 +13,11 @@ from orders import views as order_views
 api_v1 = [
     path("me", accounts_api.Me.as_view(), name="me"),
     path("api-keys", accounts_api.ApiKeyListCreate.as_view(), name="api-key-list"),
+    path(
+        "organization/webhook",
+        accounts_api.OrganizationWebhook.as_view(),
+        name="organization-webhook",
+    ),
     path("api-keys/<uuid:pk>/revoke", accounts_api.ApiKeyRevoke.as_view(), name="api-key-revoke"),
     path("", include("orders.urls")),
     path("", include("billing.urls")),

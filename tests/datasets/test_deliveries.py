@@ -247,3 +247,69 @@ def test_cancelling_or_revoking_deletes_no_episode_or_delivery(delivered, custom
     customer.client.post(f"/api/v1/deliveries/{delivery.id}/revoke")
     assert (Episode.objects.count(), Delivery.objects.count()) == before
     assert Organization.objects.filter(pk=customer.organization.pk).exists()
+
+
+def test_a_customer_webhook_hears_delivery_ready_signed(
+    fleet_operator, customer, settings, django_capture_on_commit_callbacks
+):
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from fleets.webhooks import verify_signature
+
+    received = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            received.append(
+                (dict(self.headers), self.rfile.read(int(self.headers["Content-Length"])))
+            )
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        # given: the customer's owner sets a webhook (a secret comes back once)
+        settings.CUSTOMER_WEBHOOK_ALLOW_INSECURE = True
+        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        answer = customer.client.put(
+            "/api/v1/organization/webhook", {"url": url}, format="json"
+        ).json()
+        assert answer["url"] == url and len(answer["secret"]) == 64
+        # when: an order is collected and delivered
+        collection = Collection(fleet_operator, customer, target_hours="0.01")
+        for seed in range(2):
+            upload_episode(
+                collection,
+                parquet_bytes(episode_table(frames=600, seed=seed)),
+                django_capture_on_commit_callbacks,
+            )
+    finally:
+        server.shutdown()
+        server.server_close()
+    # then: one signed delivery.ready event
+    [(headers, body)] = received
+    assert headers["X-Marketplace-Event"] == "delivery.ready"
+    assert verify_signature(answer["secret"], headers["X-Marketplace-Signature"], body)
+    assert json.loads(body)["data"]["order"] == str(collection.order.id)
+
+
+def test_webhook_urls_must_be_https_and_owners_only(customer, make_tenant):
+    from marketplace.models import Membership, Organization
+
+    response = customer.client.put(
+        "/api/v1/organization/webhook", {"url": "http://example.com/h"}, format="json"
+    )
+    assert response.status_code == 400 and "url" in response.json()["fields"]
+    member = make_tenant(Organization.Kind.CUSTOMER, Membership.Role.MEMBER)
+    assert (
+        member.client.put(
+            "/api/v1/organization/webhook", {"url": "https://example.com/h"}, format="json"
+        ).status_code
+        == 403
+    )
