@@ -39,6 +39,31 @@ def export_csv(filename: str, header: list[str], rows) -> HttpResponse:
     return response
 
 
+class CsvExportMixin:
+    """CSV of the selected rows (an admin action calls `csv_response`) and of all rows
+    (the `export/` admin URL named `csv_url_name`), the columns named in `csv_fields`."""
+
+    csv_filename: str
+    csv_header: list[str]
+    csv_fields: tuple[str, ...]
+    csv_url_name: str
+
+    def csv_response(self, queryset) -> HttpResponse:
+        rows = queryset.values_list(*self.csv_fields).order_by("created_at", "id")
+        stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+        return export_csv(f"{self.csv_filename}-{stamp}.csv", self.csv_header, rows)
+
+    def export_all_view(self, request):
+        return self.csv_response(self.model.objects.all())
+
+    def csv_urls(self) -> list:
+        return [
+            path(
+                "export/", self.admin_site.admin_view(self.export_all_view), name=self.csv_url_name
+            )
+        ]
+
+
 class ReadOnlyAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False
@@ -262,7 +287,21 @@ def revenue_summary() -> dict:
 
 
 @admin.register(LedgerEntry)
-class LedgerEntryAdmin(ReadOnlyAdmin):
+class LedgerEntryAdmin(CsvExportMixin, ReadOnlyAdmin):
+    csv_filename = "ledger"
+    csv_url_name = "billing_ledger_export"
+    csv_header = LEDGER_CSV
+    csv_fields = (
+        "transaction__key",
+        "transaction__kind",
+        "account",
+        "amount",
+        "currency",
+        "order_id",
+        "organization__name",
+        "fleet__name",
+        "created_at",
+    )
     list_display = [
         "created_at",
         "transaction",
@@ -288,35 +327,13 @@ class LedgerEntryAdmin(ReadOnlyAdmin):
                 self.admin_site.admin_view(self.summary_view),
                 name="billing_revenue_summary",
             ),
-            path(
-                "export/",
-                self.admin_site.admin_view(self.export_all_view),
-                name="billing_ledger_export",
-            ),
+            *self.csv_urls(),
             *super().get_urls(),
         ]
 
-    def _csv(self, queryset) -> HttpResponse:
-        rows = queryset.values_list(
-            "transaction__key",
-            "transaction__kind",
-            "account",
-            "amount",
-            "currency",
-            "order_id",
-            "organization__name",
-            "fleet__name",
-            "created_at",
-        ).order_by("created_at", "id")
-        stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
-        return export_csv(f"ledger-{stamp}.csv", LEDGER_CSV, rows)
-
     @admin.action(description="Export the selected ledger entries as CSV")
     def export_ledger_csv(self, request, queryset):
-        return self._csv(queryset)
-
-    def export_all_view(self, request):
-        return self._csv(LedgerEntry.objects.all())
+        return self.csv_response(queryset)
 
     def summary_view(self, request):
         context = {
@@ -440,7 +457,23 @@ PAYOUT_CSV = [
 
 
 @admin.register(Payout)
-class PayoutAdmin(ReadOnlyAdmin):
+class PayoutAdmin(CsvExportMixin, ReadOnlyAdmin):
+    csv_filename = "payouts"
+    csv_url_name = "billing_payout_export"
+    csv_header = PAYOUT_CSV
+    csv_fields = (
+        "id",
+        "fleet__name",
+        "status",
+        "amount",
+        "currency",
+        "stripe_account_id",
+        "stripe_transfer_id",
+        "attempts",
+        "created_at",
+        "paid_at",
+        "failure_message",
+    )
     list_display = [
         "created_at",
         "fleet",
@@ -465,11 +498,7 @@ class PayoutAdmin(ReadOnlyAdmin):
     def get_urls(self):
         return [
             path("run/", self.admin_site.admin_view(self.run_view), name="billing_payout_run"),
-            path(
-                "export/",
-                self.admin_site.admin_view(self.export_all_view),
-                name="billing_payout_export",
-            ),
+            *self.csv_urls(),
             *super().get_urls(),
         ]
 
@@ -480,28 +509,9 @@ class PayoutAdmin(ReadOnlyAdmin):
     def run_payouts(self, request, queryset):
         return _run_confirmation(self, request)
 
-    def _csv(self, queryset) -> HttpResponse:
-        rows = queryset.values_list(
-            "id",
-            "fleet__name",
-            "status",
-            "amount",
-            "currency",
-            "stripe_account_id",
-            "stripe_transfer_id",
-            "attempts",
-            "created_at",
-            "paid_at",
-            "failure_message",
-        ).order_by("created_at", "id")
-        return export_csv("payouts.csv", PAYOUT_CSV, rows)
-
     @admin.action(description="Export the selected payouts as CSV")
     def export_payouts_csv(self, request, queryset):
-        return self._csv(queryset)
-
-    def export_all_view(self, request):
-        return self._csv(Payout.objects.all())
+        return self.csv_response(queryset)
 
 
 PAYABLE_CSV = [
@@ -571,7 +581,24 @@ def payables_summary() -> list[dict]:
 
 
 @admin.register(FleetPayable)
-class FleetPayableAdmin(ReadOnlyAdmin):
+class FleetPayableAdmin(CsvExportMixin, ReadOnlyAdmin):
+    csv_filename = "fleet-payables"
+    csv_url_name = "billing_payables_export"
+    csv_header = PAYABLE_CSV
+    csv_fields = (
+        "id",
+        "fleet__name",
+        "order_id",
+        "job_id",
+        "accepted_seconds",
+        "rate_per_hour",
+        "amount",
+        "customer_amount",
+        "currency",
+        "payout_id",
+        "payout__status",
+        "created_at",
+    )
     list_display = [
         "created_at",
         "fleet",
@@ -601,11 +628,7 @@ class FleetPayableAdmin(ReadOnlyAdmin):
                 self.admin_site.admin_view(self.summary_view),
                 name="billing_payables_summary",
             ),
-            path(
-                "export/",
-                self.admin_site.admin_view(self.export_all_view),
-                name="billing_payables_export",
-            ),
+            *self.csv_urls(),
             *super().get_urls(),
         ]
 
@@ -613,30 +636,9 @@ class FleetPayableAdmin(ReadOnlyAdmin):
     def run_payouts(self, request, queryset):
         return _run_confirmation(self, request)
 
-    def _csv(self, queryset) -> HttpResponse:
-        rows = queryset.values_list(
-            "id",
-            "fleet__name",
-            "order_id",
-            "job_id",
-            "accepted_seconds",
-            "rate_per_hour",
-            "amount",
-            "customer_amount",
-            "currency",
-            "payout_id",
-            "payout__status",
-            "created_at",
-        ).order_by("created_at", "id")
-        stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
-        return export_csv(f"fleet-payables-{stamp}.csv", PAYABLE_CSV, rows)
-
     @admin.action(description="Export the selected payables as CSV")
     def export_payables_csv(self, request, queryset):
-        return self._csv(queryset)
-
-    def export_all_view(self, request):
-        return self._csv(FleetPayable.objects.all())
+        return self.csv_response(queryset)
 
     def summary_view(self, request):
         context = {
