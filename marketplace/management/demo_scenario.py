@@ -178,12 +178,31 @@ def start_agents(paths: list[Path], *, max_seconds: float) -> list[subprocess.Po
     return agents
 
 
+def wait_for_fleets(seconds: float = 90) -> bool:
+    """Until every demo fleet has registered its sites and robots: an order placed before
+    would find no eligible fleet and its jobs would wait, flagged, for staff."""
+    from fleets.models import Robot
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        robots = Robot.objects.filter(
+            fleet__organization__name__in=[name for name, _ in DEMO_FLEETS]
+        ).count()
+        if robots >= sum(len(sites) for _, sites in DEMO_FLEETS):  # one robot per site
+            return True
+        time.sleep(0.5)
+    return False
+
+
 def play(*, base_url: str, customer_key: str, timeout: float, verify: bool, log) -> DemoResult:
     """Place the demo order, have it paid, wait for delivery, issue (and check) the links."""
     from orders.models import Order
     from orders.services import order_mark_paid
 
     result = DemoResult()
+    if not wait_for_fleets():
+        result.problems.append("the simulated fleets did not register in time")
+        return result
     api = Api(base_url, customer_key)
     started = time.monotonic()
     quote = api.json(
