@@ -143,11 +143,6 @@ def payment_start(*, caller: Caller, order_id, method: str) -> tuple[Payment, bo
     """
     if method not in Payment.Method.values:
         raise ServiceError("Unknown payment method.", fields={"method": ["Unknown method."]})
-    if not payments_enabled():
-        raise PaymentsNotConfigured(
-            "Online payment is not configured on this platform. Pay by bank transfer: "
-            "staff mark the order paid when the money arrives.",
-        )
     with transaction.atomic():
         order = (
             Order.objects.select_for_update()
@@ -155,8 +150,14 @@ def payment_start(*, caller: Caller, order_id, method: str) -> tuple[Payment, bo
             .filter(pk=order_id, organization=caller.organization)
             .first()
         )
+        # Another organization's order is a 404 before anything else is said about it.
         if order is None:
             raise NotFound("Order not found.")
+        if not payments_enabled():
+            raise PaymentsNotConfigured(
+                "Online payment is not configured on this platform. Pay by bank transfer: "
+                "staff mark the order paid when the money arrives.",
+            )
         payments = list(Payment.objects.filter(order=order).order_by("attempt"))
         open_payment = next(
             (p for p in payments if p.status == Payment.Status.REQUIRES_PAYMENT), None
