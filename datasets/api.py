@@ -1,5 +1,6 @@
 """REST API for episodes (fleets) and coverage (customers). Thin: rules live in services."""
 
+from django.db.models import Q
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import generics, serializers, status
 from rest_framework.permissions import IsAuthenticated
@@ -9,6 +10,7 @@ from rest_framework.views import APIView
 from datasets import selectors, services
 from datasets.models import Delivery, DeliveryFile, Episode
 from fleets.api import FleetApi
+from fleets.models import Job
 from marketplace.errors import NotFound
 from marketplace.idempotency import idempotent_response
 from marketplace.permissions import CanOrder, IsCustomer, IsOrganizationOwner
@@ -146,9 +148,15 @@ class JobEpisodeListCreate(FleetApi, generics.ListAPIView):
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation
             return Episode.objects.none()
-        return selectors.episodes_of_fleet(organization=self.organization).filter(
-            job_id=self.kwargs["job_id"]
+        job_id = self.kwargs["job_id"]
+        # Another fleet's job is a 404, not an empty list that confirms it exists. (A job
+        # taken back from the caller keeps listing the episodes the caller recorded.)
+        own = Q(fleet__organization=self.organization) | Q(
+            episodes__fleet__organization=self.organization
         )
+        if not Job.objects.filter(own, pk=job_id).exists():
+            raise NotFound("Job not found.")
+        return selectors.episodes_of_fleet(organization=self.organization).filter(job_id=job_id)
 
     def post(self, request, job_id):
         organization = self.organization
