@@ -596,3 +596,88 @@ def test_the_leak_scan_sees_another_tenants_id(world):
     response = HttpResponse(f'{{"fleet": "{world.tenant("Y").objects["fleet"]}"}}')
     assert _leaked(world, key("X"), response)
     assert not _leaked(world, key("Y"), response)
+
+
+# --- Another tenant's ids in a request body ----------------------------------------------------
+
+
+def _ids(world, label):
+    return {name: str(value) for name, value in world.tenant(label).objects.items()}
+
+
+FOREIGN_REFERENCES = {
+    "site on another operator's fleet": (
+        "post",
+        lambda w: f"{V1}/fleet/sites",
+        lambda w: {"fleet": _ids(w, "Y")["fleet"], "name": "Planted", "kind": "lab_bench"},
+    ),
+    "robot at another operator's site": (
+        "post",
+        lambda w: f"{V1}/fleet/robots",
+        lambda w: {
+            "site": _ids(w, "Y")["site"],
+            "name": "Planted",
+            "embodiment": "franka-fr3",
+            "end_effector": "parallel_gripper",
+        },
+    ),
+    "own robot moved to another operator's site": (
+        "patch",
+        lambda w: f"{V1}/fleet/robots/{_ids(w, 'X')['robot']}",
+        lambda w: {"site": _ids(w, "Y")["site"]},
+    ),
+    "bid from another operator's site": (
+        "post",
+        lambda w: f"{V1}/fleet/jobs/{w.open_job_id}/bids",
+        lambda w: _bid(w, w.tenant("Y")),
+    ),
+    "episode from another operator's site and robot": (
+        "post",
+        lambda w: f"{V1}/fleet/jobs/{_ids(w, 'X')['job']}/episodes",
+        lambda w: _episode(w, w.tenant("Y")),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(FOREIGN_REFERENCES))
+def test_fleet_bodies_naming_another_operators_objects_are_refused(world, case):
+    method, url, body = FOREIGN_REFERENCES[case]
+    before = database_fingerprint()
+    response = getattr(key("X").api_client(world), method)(
+        url(world), json.loads(json.dumps(body(world), default=str)), format="json"
+    )
+    assert response.status_code in (400, 404), response.content[:300]
+    _assert_error_shape(response)
+    assert changed_tables(before, database_fingerprint()) == []
+
+
+def test_an_order_from_another_customers_quote_is_404(world):
+    before = database_fingerprint()
+    client = key("A").api_client(world)
+    response = client.post(f"{V1}/orders", {"quote": _ids(world, "B")["quote"]}, format="json")
+    assert response.status_code == 404
+    assert changed_tables(before, database_fingerprint()) == []
+
+
+# --- Keys that no longer count, and organizations one is not in --------------------------------
+
+
+def test_a_revoked_key_opens_nothing(world):
+    from marketplace.models import ApiKey
+    from marketplace.services import api_key_revoke
+
+    api_key_revoke(api_key=ApiKey.objects.get(pk=world.tenant("A").objects["key_owner"]))
+    client = key("A").api_client(world)
+    for path, method in API:
+        if method == "get" and "{" not in path:
+            assert client.get(path).status_code == 401, path
+
+
+def test_a_person_cannot_pick_an_organization_they_are_not_in(world):
+    client = session("A").api_client(world)
+    other = world.tenant("B").organization.id
+    response = client.get(f"{V1}/orders", HTTP_X_ORGANIZATION=str(other))
+    assert response.status_code == 404
+    assert not _leaked(world, session("A"), response)
+    response = client.get(f"{V1}/orders", HTTP_X_ORGANIZATION="not-a-uuid")
+    assert response.status_code == 404
