@@ -8,6 +8,7 @@ from django.db.models import Count, Q, QuerySet, Sum
 from billing.models import FleetPayable, Payment, Payout
 from marketplace.models import Organization
 from orders.models import Order
+from orders.pricing import quantize_money
 
 SECONDS_PER_HOUR = Decimal(3600)
 EARNINGS_ROWS = 200  # the page lists the latest rows; totals cover everything
@@ -81,9 +82,9 @@ def fleet_earnings(*, organization: Organization) -> FleetEarnings:
         totals=[
             EarningsTotal(
                 currency=row["currency"],
-                earned=row["earned"],
-                paid=row["paid"],
-                accepted_hours=(row["seconds"] / SECONDS_PER_HOUR).quantize(Decimal("0.01")),
+                earned=quantize_money(row["earned"], row["currency"]),
+                paid=quantize_money(row["paid"], row["currency"]),
+                accepted_hours=(row["seconds"] / SECONDS_PER_HOUR).quantize(Decimal("0.001")),
                 jobs=row["jobs"],
             )
             for row in totals
