@@ -22,7 +22,9 @@ from urllib.parse import parse_qsl
 
 
 class FakeCheckout:
-    def __init__(self, upstream: str, *, webhook_url: str = "", webhook_secret: str = ""):
+    def __init__(
+        self, upstream: str, *, webhook_url: str = "", webhook_secret: str = "", port: int = 0
+    ):
         self.upstream = upstream.rstrip("/")
         self.webhook_url = webhook_url  # where "Stripe" sends events; settable once known
         self.webhook_secret = webhook_secret
@@ -100,7 +102,7 @@ class FakeCheckout:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -202,7 +204,36 @@ border-radius: 4px; }}</style></head>
                 self.webhook_responses.append(response.status)
         except urllib.error.HTTPError as exc:
             self.webhook_responses.append(exc.code)
+        except urllib.error.URLError:
+            self.webhook_responses.append(0)  # nothing listening: the browser still goes back
 
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def main() -> None:
+    """Pay from the web on a developer machine: see README, "Paying locally"."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Local Stripe Checkout stand-in (127.0.0.1).")
+    parser.add_argument("--port", type=int, default=8421)
+    parser.add_argument("--upstream", default="http://127.0.0.1:8420", help="localstripe")
+    parser.add_argument("--webhook-url", default="http://127.0.0.1:8000/billing/stripe/webhook/")
+    parser.add_argument("--webhook-secret", default="whsec_local")
+    args = parser.parse_args()
+    fake = FakeCheckout(
+        args.upstream,
+        webhook_url=args.webhook_url,
+        webhook_secret=args.webhook_secret,
+        port=args.port,
+    )
+    print(f"Checkout stand-in on {fake.url}, webhooks to {args.webhook_url}", flush=True)
+    try:
+        fake.thread.join()
+    except KeyboardInterrupt:
+        fake.close()
+
+
+if __name__ == "__main__":
+    main()
