@@ -82,6 +82,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "marketplace.context_processors.portal_links",
             ],
         },
     },
@@ -319,6 +320,15 @@ BILLING_CHECKOUT_CANCEL_URL = os.environ.get(
 BILLING_DISPATCHED_HOURS_PROVIDER = os.environ.get(
     "BILLING_DISPATCHED_HOURS_PROVIDER", "fleets.selectors.order_dispatched_hours"
 )
+# Web: the order page's payment section (Pay with card) and the fleet portal's earnings page.
+ORDER_PAGE_SECTIONS = [*ORDER_PAGE_SECTIONS, "billing.web.order_payment_section"]
+FLEET_PORTAL_LINKS = [
+    {
+        "label": "Earnings",
+        "url_name": "fleet-earnings-page",
+        "description": "What each job earned your fleets, and the payouts to your bank account.",
+    }
+]
 CELERY_BEAT_SCHEDULE["billing-sweep"] = {"task": "billing.tasks.billing_sweep", "schedule": 300.0}
 # Fleet payouts: on the 1st of each month (UTC); staff can also run them from the admin.
 from celery.schedules import crontab  # noqa: E402  (kept inside the billing block)

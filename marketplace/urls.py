@@ -45,6 +45,7 @@ urlpatterns = [
     path("orders/<uuid:pk>/cancel/", order_views.order_cancel, name="order-cancel-page"),
     path("", include("datasets.web_urls")),
     path("fleet/", include("fleets.web_urls")),
+    path("", include("billing.web_urls")),  # pay an order (Checkout); fleet earnings
     path("admin/", admin.site.urls),
     path("billing/stripe/webhook/", billing_views.stripe_webhook, name="stripe-webhook"),
     path("api/v1/", include(api_v1)),

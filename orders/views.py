@@ -222,16 +222,18 @@ def _order_context(request, order: Order, cancel_form: OrderCancelForm | None = 
         }
         for status in ORDER_PATH
     ]
+    # Sections other apps add (payment, QA results, deliveries); orders imports none of them.
+    # A provider may return None (nothing to add); "slot": "payment" replaces the payment card.
+    sections = [import_string(path)(request, order) for path in settings.ORDER_PAGE_SECTIONS]
+    sections = [section for section in sections if section is not None]
     return {
         "order": order,
         "events": events,
         "steps": steps,
         "progress": _progress(order),
         "coverage": _coverage_chart(order),
-        # Sections other apps add (QA results, deliveries); orders imports none of them.
-        "extra_sections": [
-            import_string(path)(request, order) for path in settings.ORDER_PAGE_SECTIONS
-        ],
+        "payment_section": next((s for s in sections if s.get("slot") == "payment"), None),
+        "extra_sections": [s for s in sections if s.get("slot", "main") == "main"],
         "can_cancel": can_order and order.status in CUSTOMER_CANCELLABLE,
         "cancel_form": cancel_form or OrderCancelForm(),
         "awaiting_payment": order.status == Order.Status.AWAITING_PAYMENT,

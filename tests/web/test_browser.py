@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from billing.models import Payment
 from orders.models import Order
 from orders.services import order_mark_paid
 
@@ -222,7 +223,17 @@ def test_a_customer_never_sees_another_customers_order(live_server, new_page):
     assert order_id[:8] not in bob.content()
     cancel = bob.request.post(order_url + "cancel/", fail_on_status_code=False)
     assert cancel.status == 403  # no CSRF token from another page: refused before anything else
+    # with his own valid CSRF token, paying or cancelling her order finds nothing
+    token = next(c["value"] for c in bob.context.cookies() if c["name"] == "csrftoken")
+    for action in ("pay/", "cancel/"):
+        response = bob.request.post(
+            order_url + action, headers={"X-CSRFToken": token}, fail_on_status_code=False
+        )
+        assert response.status == 404, action
     assert Order.objects.get(pk=order_id).status == Order.Status.AWAITING_PAYMENT
+    assert not Payment.objects.filter(order_id=order_id).exists()
+    # and the fleet portal's earnings are not a customer's business
+    assert bob.goto(base + "/fleet/earnings/").status == 403
 
 
 # --- The fleet portal -----------------------------------------------------------------------------

@@ -25,7 +25,11 @@ CUSTOMER_PAGES = {
     "order-detail-page": "order",
 }
 OWNER_PAGES = {"api-keys": None}
-POST_ONLY = {"order-cancel-page": "order", "api-key-revoke-page": "api_key"}
+POST_ONLY = {
+    "order-cancel-page": "order",
+    "api-key-revoke-page": "api_key",
+    "order-pay-page": "order",  # billing: Pay with card (Checkout)
+}
 # The fleet portal (fleet operators): name -> which of the operator's objects its URL needs
 FLEET_PAGES = {
     "fleet-overview-page": None,
@@ -39,6 +43,7 @@ FLEET_PAGES = {
     "offer-list-page": None,
     "job-list-page": None,
     "job-detail-page": "job",
+    "fleet-earnings-page": None,  # billing: earnings and payouts
 }
 FLEET_POST_ONLY = {"offer-accept-page": "offer", "offer-decline-page": "offer"}
 # logout is a POST action; probes and the Stripe webhook have their own tests; others not ours
@@ -164,6 +169,11 @@ def test_billing_members_read_orders_but_cannot_order(billing_tenant):
     client.force_login(billing_tenant.user)
     assert client.get(reverse("order-list-page")).status_code == 200
     assert client.get(reverse("order-new")).status_code == 403
+
+
+def test_only_owners_and_the_billing_role_may_pay(objects, member_client):
+    response = member_client.post(reverse("order-pay-page", kwargs={"pk": objects["order"]}))
+    assert response.status_code == 403
 
 
 def test_unknown_pages_get_the_designed_404(client):

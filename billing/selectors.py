@@ -1,0 +1,92 @@
+"""Reads for billing's web pages, each scoped to the caller's organization."""
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from django.db.models import Count, Q, QuerySet, Sum
+
+from billing.models import FleetPayable, Payment, Payout
+from marketplace.models import Organization
+from orders.models import Order
+from orders.pricing import quantize_money
+
+SECONDS_PER_HOUR = Decimal(3600)
+EARNINGS_ROWS = 200  # the page lists the latest rows; totals cover everything
+
+
+def order_latest_payment(*, order: Order) -> Payment | None:
+    return Payment.objects.filter(order=order).order_by("-attempt").first()
+
+
+@dataclass(frozen=True)
+class EarningsTotal:
+    currency: str
+    earned: Decimal
+    paid: Decimal
+    accepted_hours: Decimal
+    jobs: int
+
+    @property
+    def outstanding(self) -> Decimal:
+        return self.earned - self.paid
+
+
+@dataclass(frozen=True)
+class FleetEarnings:
+    payables: list[FleetPayable]
+    payables_count: int
+    payouts: list[Payout]
+    payouts_count: int
+    totals: list[EarningsTotal] = field(default_factory=list)
+
+
+def _payables_for(organization: Organization) -> QuerySet[FleetPayable]:
+    return FleetPayable.objects.filter(fleet__organization=organization)
+
+
+def fleet_earnings(*, organization: Organization) -> FleetEarnings:
+    """A fleet operator's payables (what each job earned) and payouts, with totals per currency.
+
+    A payable counts as paid once the payout it belongs to is paid; until then it is pending
+    (not yet in a payout, or in one not sent yet)."""
+    paid = Q(payout__status=Payout.Status.PAID)
+    totals = (
+        _payables_for(organization)
+        .values("currency")
+        .annotate(
+            earned=Sum("amount"),
+            paid=Sum("amount", filter=paid, default=Decimal("0")),
+            seconds=Sum("accepted_seconds"),
+            jobs=Count("id"),
+        )
+        .order_by("currency")
+    )
+    payables = list(
+        _payables_for(organization)
+        .select_related("fleet", "payout", "job", "order__task_type")
+        .order_by("-created_at", "-id")[:EARNINGS_ROWS]
+    )
+    for payable in payables:
+        payable.is_paid = payable.payout is not None and payable.payout.status == Payout.Status.PAID
+        payable.accepted_hours = payable.accepted_seconds / SECONDS_PER_HOUR
+    payouts = Payout.objects.filter(fleet__organization=organization)
+    return FleetEarnings(
+        payables=payables,
+        payables_count=_payables_for(organization).count(),
+        payouts=list(
+            payouts.select_related("fleet")
+            .annotate(payable_count=Count("payables"))
+            .order_by("-created_at", "-id")[:EARNINGS_ROWS]
+        ),
+        payouts_count=payouts.count(),
+        totals=[
+            EarningsTotal(
+                currency=row["currency"],
+                earned=quantize_money(row["earned"], row["currency"]),
+                paid=quantize_money(row["paid"], row["currency"]),
+                accepted_hours=(row["seconds"] / SECONDS_PER_HOUR).quantize(Decimal("0.001")),
+                jobs=row["jobs"],
+            )
+            for row in totals
+        ],
+    )
