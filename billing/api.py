@@ -10,7 +10,6 @@ from billing import services
 from billing.models import Payment
 from marketplace.errors import NotFound
 from marketplace.idempotency import idempotent_response
-from marketplace.models import Membership
 from marketplace.permissions import IsCustomer
 from marketplace.tenancy import caller_for_request
 from marketplace.throttling import CallerRateThrottle
@@ -18,16 +17,14 @@ from orders.models import Order
 
 
 class CanPay(BasePermission):
-    """Owners, members and the billing role may pay; everyone in the organization may read."""
+    """`services.PAYING_ROLES` may pay; everyone in the organization may read."""
 
     message = "Your role in this organization cannot pay orders."
 
     def has_permission(self, request, view) -> bool:
         if request.method in ("GET", "HEAD", "OPTIONS"):
             return True
-        return caller_for_request(request).has_role(
-            Membership.Role.OWNER, Membership.Role.MEMBER, Membership.Role.BILLING
-        )
+        return caller_for_request(request).has_role(*services.PAYING_ROLES)
 
 
 class PaymentSerializer(serializers.ModelSerializer):

@@ -34,13 +34,17 @@ from billing.models import (
 )
 from fleets.models import Assignment, Fleet, Job
 from marketplace.errors import Conflict, NotFound, ServiceError
-from marketplace.models import Organization
+from marketplace.models import Membership, Organization
 from marketplace.tenancy import Caller
 from orders.models import Order, OrderEvent
 from orders.pricing import MINOR_UNITS, quantize_money
 from orders.services import order_mark_paid, order_transition
 
 logger = logging.getLogger(__name__)
+
+# Who may pay an order, on the API and on the order page: every role of the customer
+# organization (members place orders, the billing role exists to pay them).
+PAYING_ROLES = (Membership.Role.OWNER, Membership.Role.MEMBER, Membership.Role.BILLING)
 
 PAYMENT_NAMESPACE = uuid.UUID("6f1c2b1e-5a43-4d0e-9a7e-0c6b8c1d2e3f")
 # An order counts as dispatched (work handed to fleets) from collection onwards.

@@ -15,13 +15,12 @@ from billing import selectors, services
 from billing.models import Payment
 from fleets.views import fleet_page
 from marketplace.errors import NotFound, ServiceError
-from marketplace.models import Membership, Organization
+from marketplace.models import Organization
 from marketplace.views import organization_page, render_page
 from orders.models import Order
 from orders.selectors import order_list
 
-# Paying spends the organization's money: owners and the billing role; members see the status.
-CAN_PAY = (Membership.Role.OWNER, Membership.Role.BILLING)
+CAN_PAY = services.PAYING_ROLES
 RETURN_STATES = ("success", "cancelled")
 
 
