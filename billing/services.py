@@ -811,6 +811,20 @@ def _on_checkout_completed(*, event: WebhookEvent, obj: dict) -> str:
     return WebhookEvent.Status.PROCESSED
 
 
+def _on_checkout_expired(*, event: WebhookEvent, obj: dict) -> str:
+    """Stripe expires an unpaid Checkout session (24 h by default): cancel our open attempt so
+    the next "Pay" opens a fresh session instead of sending the customer to a dead page."""
+    payment = _payment_for(session_id=_id_of(obj), metadata=obj.get("metadata"))
+    if payment is None or payment.method != Payment.Method.CHECKOUT:
+        return WebhookEvent.Status.UNMATCHED
+    Payment.objects.filter(pk=payment.pk, status=Payment.Status.REQUIRES_PAYMENT).update(
+        status=Payment.Status.CANCELED,
+        failure_message="The Checkout session expired unpaid.",
+        updated_at=timezone.now(),
+    )
+    return WebhookEvent.Status.PROCESSED
+
+
 def _record_stripe_refund(*, payment: Payment, stripe_refund: dict, event: WebhookEvent) -> None:
     refund_id = _id_of(stripe_refund)
     if stripe_refund.get("status") not in (None, "succeeded"):
@@ -948,6 +962,7 @@ WEBHOOK_HANDLERS = {
     "payment_intent.succeeded": _on_intent_succeeded,
     "payment_intent.payment_failed": _on_intent_failed,
     "checkout.session.completed": _on_checkout_completed,
+    "checkout.session.expired": _on_checkout_expired,
     "charge.refunded": _on_charge_refunded,
     "charge.dispute.created": _on_dispute_created,
 }

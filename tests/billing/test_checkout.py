@@ -84,3 +84,29 @@ def test_checkout_completed_with_another_amount_does_not_pay(
     payment.refresh_from_db()
     assert order.status == Order.Status.AWAITING_PAYMENT
     assert payment.status == Payment.Status.REVIEW
+
+
+def test_an_expired_session_is_not_reused_the_next_pay_opens_a_new_one(
+    customer, checkout, webhook_client, django_capture_on_commit_callbacks
+):
+    # given: an open Checkout session that Stripe then expires unpaid
+    order = OrderFactory(organization=customer.organization)
+    url = reverse("order-payments", args=[order.id])
+    first = customer.client.post(url, {"method": "checkout"}, format="json").json()
+    payment = Payment.objects.get()
+    session = checkout.sessions[payment.stripe_checkout_session_id]
+    expired = {**session, "status": "expired", "payment_status": "unpaid"}
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post_webhook(webhook_client, make_event("checkout.session.expired", expired))
+    assert response.status_code == 200
+    payment.refresh_from_db()
+    assert payment.status == Payment.Status.CANCELED
+    # when: the customer presses Pay again
+    again = customer.client.post(url, {"method": "checkout"}, format="json")
+    # then: a second attempt with its own session, the order still awaiting payment
+    assert again.status_code == 201, again.json()
+    assert again.json()["checkout_url"] != first["checkout_url"]
+    assert Payment.objects.filter(order=order).count() == 2
+    assert checkout.idempotency_keys[-1] == f"order:{order.id}:payment:2:checkout"
+    order.refresh_from_db()
+    assert order.status == Order.Status.AWAITING_PAYMENT
