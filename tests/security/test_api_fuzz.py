@@ -3,7 +3,7 @@ as each role (anonymous, customer by API key and by session, fleet operator by A
 
 The app runs in-process through its WSGI handler against PostgreSQL; the world below is made
 once per test and every request runs in a savepoint that is rolled back, so writes never leak.
-Bound: FUZZ_MAX_EXAMPLES cases per operation (default 10: ~3,000 requests). bench/fuzz_api.py
+Bound: FUZZ_MAX_EXAMPLES cases per operation (default 12: ~3,400 requests). bench/fuzz_api.py
 runs the same with more.
 """
 
@@ -33,7 +33,7 @@ from tests.security.fuzz_driver import (
     send,
 )
 
-MAX_EXAMPLES = int(os.environ.get("FUZZ_MAX_EXAMPLES", "10"))
+MAX_EXAMPLES = int(os.environ.get("FUZZ_MAX_EXAMPLES", "12"))
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("s3")]
 
@@ -98,7 +98,9 @@ class World:
 
         self.callers = [
             FuzzCaller(role="anonymous"),
-            FuzzCaller(role="customer key", headers={"Authorization": f"Bearer {customer.raw_key}"}),
+            FuzzCaller(
+                role="customer key", headers={"Authorization": f"Bearer {customer.raw_key}"}
+            ),
             _session_caller("customer session", customer.user),
             FuzzCaller(role="fleet key", headers={"Authorization": f"Bearer {operator.raw_key}"}),
             _session_caller("staff session", staff),

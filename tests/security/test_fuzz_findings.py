@@ -28,7 +28,9 @@ def test_an_order_filter_date_out_of_postgresqls_range_is_a_400(make_tenant, cre
     assert "created_before" in body["fields"]
 
 
-@pytest.mark.parametrize("created_after", ["2020-01-01T00:00:00-20:18", "0101-11-28T14:47:38+23:59"])
+@pytest.mark.parametrize(
+    "created_after", ["2020-01-01T00:00:00-20:18", "0101-11-28T14:47:38+23:59"]
+)
 def test_an_order_filter_date_with_an_offset_postgresql_refuses_is_shifted_to_utc(
     make_tenant, created_after
 ):
