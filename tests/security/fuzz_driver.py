@@ -88,10 +88,6 @@ class FuzzReport:
         )
 
 
-def _failure_title(group: FailureGroup) -> str:
-    return "; ".join(sorted({failure.title for failure in group.exceptions}))
-
-
 def _with_real_id(case, real_ids: list[str], choice: int):
     """Half of the cases keep the generated path ids (unknown objects, malformed values);
     the rest use ids of objects that exist, so the views' deeper code runs too."""
@@ -127,7 +123,9 @@ def connection_kept_open() -> Iterator[None]:
 
 def send(case, caller: FuzzCaller, report: FuzzReport, checks=CHECKS) -> None:
     """Send one case as one caller inside a savepoint that is always rolled back, so no
-    write leaks into the next request and a failed SQL statement cannot poison the rest."""
+    write leaks into the next request and a failed SQL statement cannot poison the rest.
+    Checks run inside it too: some re-send the request (without credentials, with another
+    method), and those writes must not leak either."""
     cache.clear()  # throttle counters: fuzzing is not a rate-limit test
     generated_headers, generated_cookies = case.headers, case.cookies
     if caller.headers or caller.cookies:
@@ -138,25 +136,39 @@ def send(case, caller: FuzzCaller, report: FuzzReport, checks=CHECKS) -> None:
     try:
         with connection_kept_open(), transaction.atomic():
             response = case.call(headers=dict(caller.headers), cookies=dict(caller.cookies))
+            failures = _failures(case, response, caller, checks)
             transaction.set_rollback(True)
+        curl = case.as_curl_command(headers=caller.headers)
     finally:
         case.headers, case.cookies = generated_headers, generated_cookies
     report.requests += 1
     report.statuses[response.status_code] += 1
     if response.status_code >= 500:
         report.server_errors += 1
-    try:
-        case.validate_response(response, checks=checks, headers=caller.headers)
-    except FailureGroup as group:
+    if failures:
         report.record(
             Finding(
                 operation=case.operation.label,
                 role=caller.role,
                 status=response.status_code,
-                title=_failure_title(group),
-                curl=case.as_curl_command(headers=caller.headers),
+                title=failures,
+                curl=curl,
             )
         )
+
+
+def _failures(case, response, caller: FuzzCaller, checks) -> str:
+    """The titles of the checks the response fails, or "" if it passes them all."""
+    try:
+        case.validate_response(
+            response,
+            checks=checks,
+            headers=caller.headers,
+            transport_kwargs={"headers": dict(caller.headers), "cookies": dict(caller.cookies)},
+        )
+    except FailureGroup as group:
+        return "; ".join(sorted({failure.title for failure in group.exceptions}))
+    return ""
 
 
 def fuzz_operation(
@@ -166,6 +178,7 @@ def fuzz_operation(
     *,
     max_examples: int,
     real_ids: list[str],
+    checks=CHECKS,
 ) -> None:
     callers = list(callers)
     cases = st.one_of(
@@ -186,7 +199,7 @@ def fuzz_operation(
     def exercise(case, choice):
         case = _with_real_id(case, real_ids, choice)
         for caller in callers:
-            send(case, caller, report)
+            send(case, caller, report, checks)
 
     exercise()
 
@@ -197,6 +210,7 @@ def fuzz_schema(
     *,
     max_examples: int,
     real_ids_for: Callable[[str], list[str]],
+    checks=CHECKS,
 ) -> FuzzReport:
     """Every operation of `schema`, `max_examples` cases each, sent as every caller."""
     report = FuzzReport()
@@ -211,6 +225,7 @@ def fuzz_schema(
             report,
             max_examples=max_examples,
             real_ids=real_ids_for(operation.path),
+            checks=checks,
         )
     report.seconds = time.monotonic() - started
     return report

@@ -42,3 +42,30 @@ def test_an_order_filter_date_with_an_offset_postgresql_refuses_is_shifted_to_ut
 
     # then
     assert response.status_code == 200, response.content
+
+
+@pytest.mark.parametrize("page_size", ["abc", "0", "-1", "1.5", "5.9e-123", "\u00e7"])
+def test_a_page_size_that_is_not_a_whole_number_from_1_is_a_400(make_tenant, page_size):
+    """Found by schemathesis' negative cases: DRF fell back to the default page size."""
+    # given
+    customer = make_tenant(Organization.Kind.CUSTOMER)
+
+    # when
+    response = customer.client.get("/api/v1/orders", {"page_size": page_size})
+
+    # then
+    assert response.status_code == 400, response.content
+    assert response.json()["fields"] == {
+        "page_size": ["A whole number from 1 (at most 200 are returned)."]
+    }
+
+
+def test_a_page_size_above_the_maximum_is_capped(make_tenant):
+    # given
+    customer = make_tenant(Organization.Kind.CUSTOMER)
+
+    # when
+    response = customer.client.get("/api/v1/orders", {"page_size": "100000000000000000000000"})
+
+    # then
+    assert response.status_code == 200, response.content
