@@ -1,6 +1,7 @@
 """Regression tests for what the API fuzzing found: each was a 500, now a clear 4xx."""
 
 import pytest
+from rest_framework.test import APIClient
 
 from marketplace.models import Organization
 
@@ -69,3 +70,32 @@ def test_a_page_size_above_the_maximum_is_capped(make_tenant):
 
     # then
     assert response.status_code == 200, response.content
+
+
+@pytest.mark.parametrize("key", ["ab\x00c", "line\nbreak", "tab\there"])
+def test_an_idempotency_key_with_control_characters_is_a_400(make_tenant, key):
+    """A NUL byte in Idempotency-Key reached PostgreSQL (500). HTTP servers in front usually
+    refuse such headers, but the API must not depend on it."""
+    # given
+    customer = make_tenant(Organization.Kind.CUSTOMER)
+    body = {"task_type": "peg-insertion", "embodiment": "franka-fr3", "hours": "5"}
+
+    # when
+    response = customer.client.post("/api/v1/orders", body, format="json", HTTP_IDEMPOTENCY_KEY=key)
+
+    # then
+    assert response.status_code == 400, response.content
+    assert response.json()["code"] == "invalid_idempotency_key"
+
+
+def test_an_api_key_with_a_nul_byte_in_its_prefix_is_refused_not_a_500(make_tenant):
+    # given
+    customer = make_tenant(Organization.Kind.CUSTOMER)
+    prefix = customer.api_key.prefix
+    forged = f"mk_{prefix[:4]}\x00{prefix[5:]}_secret"
+
+    # when
+    response = APIClient().get("/api/v1/me", HTTP_AUTHORIZATION=f"Bearer {forged}")
+
+    # then
+    assert response.status_code == 401, response.content
