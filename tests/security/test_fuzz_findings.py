@@ -1,9 +1,13 @@
 """Regression tests for what the API fuzzing found: each was a 500, now a clear 4xx."""
 
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
+from datasets.models import Delivery, DeliveryFile, DownloadEvent
 from marketplace.models import Organization
+from orders.models import Order
+from tests.factories import OrderFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -99,3 +103,48 @@ def test_an_api_key_with_a_nul_byte_in_its_prefix_is_refused_not_a_500(make_tena
 
     # then
     assert response.status_code == 401, response.content
+
+
+@pytest.fixture
+def ready_delivery(make_tenant):
+    customer = make_tenant(Organization.Kind.CUSTOMER)
+    order = OrderFactory(organization=customer.organization, status=Order.Status.DELIVERED)
+    delivery = Delivery.objects.create(
+        order=order,
+        kind=Delivery.Kind.FULL,
+        status=Delivery.Status.READY,
+        prefix=f"deliveries/{order.id}/full",
+        ready_at=timezone.now(),
+    )
+    DeliveryFile.objects.create(delivery=delivery, path="manifest.json", size_bytes=10)
+    return customer, delivery
+
+
+def test_a_download_path_with_a_nul_byte_is_not_found_not_a_500(ready_delivery):
+    # given
+    customer, delivery = ready_delivery
+
+    # when
+    response = customer.client.get(
+        f"/api/v1/deliveries/{delivery.id}/download", {"path": "manifest.json\x00"}
+    )
+
+    # then
+    assert response.status_code == 404, response.content
+    assert response.json()["fields"] == {"path": ["Not in the manifest."]}
+    assert not DownloadEvent.objects.exists()
+
+
+@pytest.mark.usefixtures("s3")
+def test_a_user_agent_with_a_nul_byte_is_recorded_without_it(ready_delivery):
+    # given
+    customer, delivery = ready_delivery
+
+    # when
+    response = customer.client.get(
+        f"/api/v1/deliveries/{delivery.id}/download", HTTP_USER_AGENT="curl/8\x00.0"
+    )
+
+    # then
+    assert response.status_code == 302, response.content
+    assert DownloadEvent.objects.get().user_agent == "curl/8.0"
