@@ -675,6 +675,8 @@ def pilot_review(*, caller: Caller, delivery_id, approve: bool, reason: str = ""
             raise Conflict(f"This pilot was already {delivery.review}.", code="already_reviewed")
         if not approve and not reason.strip():
             raise _invalid("reason", "Say why the pilot is rejected.")
+        if "\x00" in reason:  # the web form passes it raw; PostgreSQL refuses it (was a 500)
+            raise _invalid("reason", "Null characters are not allowed.")
         delivery.review = Delivery.Review.APPROVED if approve else Delivery.Review.REJECTED
         delivery.review_reason = reason.strip()
         delivery.reviewed_at = timezone.now()

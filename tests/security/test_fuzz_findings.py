@@ -1,6 +1,7 @@
 """Regression tests for what the API fuzzing found: each was a 500, now a clear 4xx."""
 
 import pytest
+from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -148,3 +149,30 @@ def test_a_user_agent_with_a_nul_byte_is_recorded_without_it(ready_delivery):
     # then
     assert response.status_code == 302, response.content
     assert DownloadEvent.objects.get().user_agent == "curl/8.0"
+
+
+def test_a_pilot_rejection_reason_with_a_nul_byte_is_refused_on_the_web_page(make_tenant):
+    """The API's serializer refused it already; the portal's form passed it to PostgreSQL."""
+    # given
+    customer = make_tenant(Organization.Kind.CUSTOMER)
+    order = OrderFactory(organization=customer.organization, status=Order.Status.IN_REVIEW)
+    pilot = Delivery.objects.create(
+        order=order,
+        kind=Delivery.Kind.PILOT,
+        status=Delivery.Status.READY,
+        review=Delivery.Review.PENDING,
+        prefix=f"deliveries/{order.id}/pilot",
+        ready_at=timezone.now(),
+    )
+    client = Client()
+    client.force_login(customer.user)
+
+    # when
+    response = client.post(
+        f"/deliveries/{pilot.id}/review/", {"decision": "reject", "reason": "too\x00dark"}
+    )
+
+    # then
+    assert response.status_code in (200, 302), response.status_code
+    pilot.refresh_from_db()
+    assert pilot.review == Delivery.Review.PENDING
