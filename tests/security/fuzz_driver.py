@@ -88,6 +88,26 @@ class FuzzReport:
         )
 
 
+# Values that random generation reaches only rarely but that have broken APIs: NUL bytes
+# (PostgreSQL refuses them in text), numbers past 64 bits or a float's range, path tricks.
+HOSTILE_STRINGS = ["\x00", "a\x00b", "9" * 40, "-1", "1e309", "NaN", "../../etc/passwd", " "]
+# A header value may not start or end with whitespace (the HTTP client refuses to send it).
+HOSTILE_HEADERS = [value for value in HOSTILE_STRINGS if value == value.strip()]
+
+
+def _with_hostile_value(case, hostile):
+    """Some cases carry one hostile value in a query parameter or the User-Agent header
+    (which the API records with downloads)."""
+    if hostile is None:
+        return case
+    name, value = hostile
+    if name == "User-Agent":
+        case.headers = {**(case.headers or {}), name: value}
+    else:
+        case.query = {**(case.query or {}), name: value}
+    return case
+
+
 def _with_real_id(case, real_ids: list[str], choice: int):
     """Half of the cases keep the generated path ids (unknown objects, malformed values);
     the rest use ids of objects that exist, so the views' deeper code runs too."""
@@ -186,6 +206,10 @@ def fuzz_operation(
         operation.as_strategy(generation_mode=GenerationMode.NEGATIVE),
     )
     choices = st.integers(min_value=0, max_value=max(2 * len(real_ids) - 1, 0))
+    query_names = [parameter.name for parameter in operation.query]
+    hostile = st.none() | st.tuples(st.just("User-Agent"), st.sampled_from(HOSTILE_HEADERS))
+    if query_names:
+        hostile |= st.tuples(st.sampled_from(query_names), st.sampled_from(HOSTILE_STRINGS))
 
     @hypothesis.settings(
         max_examples=max_examples,
@@ -195,9 +219,9 @@ def fuzz_operation(
         phases=[Phase.explicit, Phase.generate],  # findings are collected, not shrunk
         suppress_health_check=list(HealthCheck),
     )
-    @hypothesis.given(case=cases, choice=choices)
-    def exercise(case, choice):
-        case = _with_real_id(case, real_ids, choice)
+    @hypothesis.given(case=cases, choice=choices, hostile=hostile)
+    def exercise(case, choice, hostile):
+        case = _with_hostile_value(_with_real_id(case, real_ids, choice), hostile)
         for caller in callers:
             send(case, caller, report, checks)
 
