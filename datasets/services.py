@@ -610,7 +610,8 @@ def delivery_download_link(
         )
     if delivery.status != Delivery.Status.READY:
         raise Conflict("This delivery is not ready yet.", code="delivery_not_ready")
-    if not DeliveryFile.objects.filter(delivery=delivery, path=path).exists():
+    # No stored path holds a NUL byte, and PostgreSQL refuses one in a query (it was a 500).
+    if "\x00" in path or not DeliveryFile.objects.filter(delivery=delivery, path=path).exists():
         raise NotFound("No such file in this delivery.", fields={"path": ["Not in the manifest."]})
     expires_in = settings.DELIVERY_LINK_EXPIRY_SECONDS
     event = DownloadEvent.objects.create(
@@ -620,7 +621,7 @@ def delivery_download_link(
         user=caller.user,
         api_key=caller.api_key,
         ip_address=ip_address,
-        user_agent=(user_agent or "")[:300],
+        user_agent="".join(c for c in user_agent or "" if c.isprintable())[:300],  # no NUL
         link_expires_at=timezone.now() + timezone.timedelta(seconds=expires_in),
     )
     url = storage.presigned_get(
@@ -674,6 +675,8 @@ def pilot_review(*, caller: Caller, delivery_id, approve: bool, reason: str = ""
             raise Conflict(f"This pilot was already {delivery.review}.", code="already_reviewed")
         if not approve and not reason.strip():
             raise _invalid("reason", "Say why the pilot is rejected.")
+        if "\x00" in reason:  # the web form passes it raw; PostgreSQL refuses it (was a 500)
+            raise _invalid("reason", "Null characters are not allowed.")
         delivery.review = Delivery.Review.APPROVED if approve else Delivery.Review.REJECTED
         delivery.review_reason = reason.strip()
         delivery.reviewed_at = timezone.now()

@@ -35,9 +35,11 @@ def idempotent_response(
     if key is None:
         return handler()
     key = key.strip()
-    if not key or len(key) > MAX_KEY_LENGTH:
+    # Printable only: a NUL byte cannot be stored in PostgreSQL text (it was a 500).
+    if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():
         raise ServiceError(
-            f"{HEADER} must be 1 to {MAX_KEY_LENGTH} characters.", code="invalid_idempotency_key"
+            f"{HEADER} must be 1 to {MAX_KEY_LENGTH} printable characters.",
+            code="invalid_idempotency_key",
         )
     fingerprint = request_fingerprint(request.data)
     with transaction.atomic():

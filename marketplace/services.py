@@ -1,6 +1,7 @@
 """Writes for accounts: organizations, memberships, API keys."""
 
 import hashlib
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,12 +21,17 @@ def hash_api_key(raw_key: str) -> str:
     return hashlib.sha256(raw_key.encode()).hexdigest()
 
 
+# What api_key_create issues: a hex prefix and a URL-safe secret with "-" for "_". Checking the
+# alphabet keeps anything else (a NUL byte, which PostgreSQL refuses) out of the key lookup.
+API_KEY_FORMAT = re.compile(rf"mk_([0-9a-f]{{{API_KEY_PREFIX_LENGTH}}})_([A-Za-z0-9-]+)")
+
+
 def split_api_key(raw_key: str) -> tuple[str, str] | None:
     """'mk_<prefix>_<secret>' -> (prefix, secret), or None when it is not our format."""
-    parts = raw_key.split("_")
-    if len(parts) != 3 or parts[0] != "mk" or len(parts[1]) != API_KEY_PREFIX_LENGTH:
+    match = API_KEY_FORMAT.fullmatch(raw_key)
+    if match is None:
         return None
-    return parts[1], parts[2]
+    return match.group(1), match.group(2)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from marketplace.errors import ServiceError
+from marketplace.filters import UtcIsoDateTimeFilter
 from marketplace.idempotency import idempotent_response
 from marketplace.permissions import CanOrder, IsCustomer
 from marketplace.tenancy import caller_for_request
@@ -345,8 +346,8 @@ class OrderFilter(django_filters.FilterSet):
     status = django_filters.MultipleChoiceFilter(choices=Order.Status.choices)
     task_type = django_filters.CharFilter(field_name="task_type__slug")
     embodiment = django_filters.CharFilter(field_name="embodiment__slug")
-    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    created_after = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = Order
