@@ -377,6 +377,8 @@ PAGES |= {
 PAGES |= {name: Page(ANY_ORG, obj, (OWNER,)) for name, obj in url_map.OWNER_PAGES.items()}
 PAGES |= {
     "order-cancel-page": Page(CUSTOMER, url_map.POST_ONLY["order-cancel-page"], CAN_WORK, "post"),
+    # every customer role may pay (billing.services.PAYING_ROLES)
+    "order-pay-page": Page(CUSTOMER, url_map.POST_ONLY["order-pay-page"], ROLES, "post"),
     "api-key-revoke-page": Page(
         ANY_ORG, url_map.POST_ONLY["api-key-revoke-page"], (OWNER,), "post"
     ),
