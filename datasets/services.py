@@ -24,7 +24,7 @@ from datasets.packaging import DatasetCardFacts, Provenance, upload_tree, write_
 from datasets.qa import EpisodeExpectation, QAResult, check_stored_episode
 from fleets import services as fleet_services
 from fleets.models import Job, Robot
-from marketplace.errors import Conflict, NotFound, ServiceError
+from marketplace.errors import Conflict, NotFound, ServiceError, ServiceUnavailable
 from marketplace.models import Membership, Organization
 from marketplace.tenancy import Caller
 from orders.models import Order
@@ -157,7 +157,21 @@ def episode_register(
     return episode, instructions
 
 
+def _storage_unavailable(exc: Exception) -> ServiceUnavailable:
+    return ServiceUnavailable(
+        f"Storage cannot be reached right now; nothing was changed, try again shortly. ({exc})",
+        code="storage_unavailable",
+    )
+
+
 def _upload_instructions(episode: Episode) -> UploadInstructions:
+    try:
+        return _upload_instructions_from_storage(episode)
+    except storage.StorageError as exc:  # storage refused or is down: not the caller's fault
+        raise _storage_unavailable(exc) from exc
+
+
+def _upload_instructions_from_storage(episode: Episode) -> UploadInstructions:
     expires_in = settings.S3_UPLOAD_URL_EXPIRY_SECONDS
     expires_at = timezone.now() + timezone.timedelta(seconds=expires_in)
     if episode.size_bytes < settings.EPISODE_MULTIPART_THRESHOLD_BYTES:
@@ -232,6 +246,8 @@ def episode_complete(
                     upload_id=episode.multipart_upload_id,
                     parts=[{"PartNumber": p["part_number"], "ETag": p["etag"]} for p in parts],
                 )
+            except storage.StorageUnavailable as exc:
+                raise _storage_unavailable(exc) from exc
             except storage.StorageError as exc:
                 raise _invalid(
                     "parts", f"The storage refused to complete the upload: {exc}"
