@@ -26,6 +26,7 @@ from fleets import services as fleet_services
 from fleets.models import Job, Robot
 from marketplace.errors import Conflict, NotFound, ServiceError, ServiceUnavailable
 from marketplace.models import Membership, Organization
+from marketplace.queueing import enqueue_or_leave_to_sweeper
 from marketplace.tenancy import Caller
 from orders.models import Order
 from orders.services import order_transition
@@ -262,7 +263,8 @@ def episode_complete(
 def _enqueue_qa(episode_id) -> None:
     from datasets import tasks
 
-    tasks.qa_episode.delay(str(episode_id))
+    # Broker down: the episode stays "uploaded" and qa_sweep queues its QA later.
+    enqueue_or_leave_to_sweeper(tasks.qa_episode, str(episode_id))
 
 
 # --- QA --------------------------------------------------------------------------------------
@@ -386,7 +388,8 @@ def delivery_start(*, order_id, kind: str) -> Delivery:
 def _enqueue(task_name: str, object_id) -> None:
     from datasets import tasks
 
-    getattr(tasks, task_name).delay(str(object_id))
+    # Broker down: an assembling delivery is queued again by delivery_sweep.
+    enqueue_or_leave_to_sweeper(getattr(tasks, task_name), str(object_id))
 
 
 def _delivery_episodes(delivery: Delivery):
