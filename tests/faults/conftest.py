@@ -82,6 +82,8 @@ def workers(tmp_path):
     for worker in started:
         worker.stop()
         worker.kill()
+        # Shown by pytest only when the test failed: what each worker did.
+        print(f"--- {worker.log.name} (tail)\n{worker.log.read_text(errors='replace')[-4000:]}")
 
 
 @pytest.fixture

@@ -87,6 +87,9 @@ class FaultyS3Proxy:
     def handle(self, request: BaseHTTPRequestHandler) -> None:
         length = int(request.headers.get("Content-Length") or 0)
         body = request.rfile.read(length) if length else b""
+        if len(body) < length:  # the client died mid-body: forward nothing, as a real S3 would
+            request.close_connection = True
+            return
         if self.delay_seconds:
             time.sleep(self.delay_seconds)
         fault = self._fault(request)
