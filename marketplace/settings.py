@@ -188,6 +188,12 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "store_processed": False,
         "control_folder": str(BROKER_DIR / "control"),
     }
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    # Redis redelivers a message not acknowledged within this time to another worker: it
+    # must exceed the longest task (a large delivery's assembly), or that task runs twice.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": int(os.environ.get("CELERY_VISIBILITY_TIMEOUT_SECONDS", "21600"))
+    }
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
