@@ -8,15 +8,26 @@ still succeeds (its data is committed) and the sweeper (qa_sweep, run by celery 
 queues the work it could not.
 """
 
+from datetime import timedelta
+from decimal import Decimal
+
 import pytest
+from django.utils import timezone
 from kombu import Connection
 
+from billing import services as billing_services
+from billing.models import Payment, Refund
 from datasets import services, tasks
 from datasets.episode_format import episode_table, parquet_bytes
 from datasets.models import Delivery
+from fleets import services as fleet_services
+from fleets.models import Job
 from orders.models import Order, OrderEvent
+from orders.services import order_mark_paid
+from tests.billing.factories import PaymentFactory
 from tests.celery_worker import wait_for
 from tests.datasets.helpers import Collection, put
+from tests.factories import JobFactory, OrderFactory
 from tests.faults.conftest import (
     Stopwatch,
     assert_delivery_consistent,
@@ -125,4 +136,62 @@ def test_an_assembly_that_could_not_be_queued_is_swept_once_the_broker_is_back(
         duplicated=Delivery.objects.filter(order=collection.order).count() - 1,
         recovery_s=recovery.seconds(),
         **assert_delivery_consistent(delivery, s3_server),
+    )
+
+
+def test_orders_paid_or_cancelled_while_the_broker_is_down_are_swept(
+    private_broker, workers, customer, settings, figures
+):
+    # given: an order awaiting payment, and an order in collection (paid, one job of its
+    # 10 h assigned to a fleet)
+    to_pay = OrderFactory(organization=customer.organization, status=Order.Status.AWAITING_PAYMENT)
+    to_cancel = OrderFactory(
+        organization=customer.organization,
+        status=Order.Status.IN_COLLECTION,
+        hours=Decimal("10"),
+        total=Decimal("1000.00"),
+    )
+    payment = PaymentFactory(
+        order=to_cancel, status=Payment.Status.SUCCEEDED, succeeded_at=timezone.now()
+    )
+    billing_services._post_charge(payment)
+    job = JobFactory(order=to_cancel, target_hours=Decimal("2"))
+    # when: the broker is down as one order is paid and the customer cancels the other
+    private_broker.stop()
+    order_mark_paid(order_id=to_pay.id, actor_label="staff:test")
+    response = customer.client.post(
+        f"/api/v1/orders/{to_cancel.id}/cancel", {"reason": "changed plans"}, format="json"
+    )
+    # then: the customer's cancellation stands (its follow-up work is left to the sweepers)
+    assert response.status_code == 200, response.json()
+    assert response.json()["status"] == Order.Status.CANCELLED
+    # when: the broker is back, a worker runs, and celery beat's sweepers run (twice)
+    private_broker.start()
+    workers(private_broker.url, "dispatch,billing")
+    recovery = Stopwatch()
+    settings.FLEETS_STALE_OPEN_JOB_SECONDS = 0
+    later = timezone.now() + timedelta(minutes=3)
+    for _ in range(2):
+        swept = fleet_services.dispatch_sweep()
+        billing_services.billing_sweep(now=later)
+    # then: the paid order is planned, the cancelled order's job cancelled and refunded once
+    wait_for(
+        lambda: (
+            Job.objects.filter(order=to_pay).exists()
+            and Refund.objects.filter(order=to_cancel).exists()
+        ),
+        timeout=40,
+        what="the swept orders' planning and refund",
+    )
+    job.refresh_from_db()
+    assert job.status == Job.Status.CANCELLED
+    refunds = Refund.objects.filter(order=to_cancel, reason=Refund.Reason.CANCELLATION)
+    assert refunds.count() == 1
+    assert refunds.get().amount == Decimal("800.00")  # the 8 h never dispatched
+    figures.update(
+        orders_planned=1,
+        jobs_cancelled=1,
+        cancellation_refunds=refunds.count(),
+        swept_twice_duplicates=refunds.count() - 1 + swept.jobs_of_cancelled_orders,
+        recovery_s=recovery.seconds(),
     )
