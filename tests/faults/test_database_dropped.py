@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.error import HTTPError
 
 import pytest
+from django.db import connection, connections
 
 from datasets.episode_format import episode_table, parquet_bytes
 from local_s3.launcher import free_port
@@ -163,3 +164,32 @@ def test_qa_tasks_whose_connection_is_dropped_retry_and_count_once(
         backends_terminated=terminated,
         recovery_s=recovery.seconds(),
     )
+
+
+def test_a_request_whose_connection_died_answers_503_in_the_error_shape(customer, figures):
+    # given: the database terminates this process's connection (the test client, unlike a
+    # server, does not run the per-request health check, so the request meets a dead one)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    finally:
+        other.close()
+    # when
+    response = customer.client.get("/api/v1/orders")
+    # then: 503 in the one error shape, not a 500 with a traceback
+    assert response.status_code == 503
+    assert response.json() == {
+        "code": "database_unavailable",
+        "message": "The database cannot be reached right now; try again shortly.",
+        "fields": {},
+    }
+    assert response["Retry-After"] == "5"
+    # when: the next request gets a fresh connection (a server's request_started does this)
+    connection.close_if_unusable_or_obsolete()
+    # then
+    assert customer.client.get("/api/v1/orders").status_code == 200
+    figures.update(requests=2, answered_503=1, then_200=1)
