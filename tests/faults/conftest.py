@@ -89,6 +89,11 @@ def workers(tmp_path):
 @pytest.fixture
 def private_broker():
     """A RabbitMQ node of this test's own (see private_rabbit.py), started and published to."""
+    if shutil.which("rabbitmq-server") is None or os.geteuid() != 0:
+        pytest.fail(
+            "A private RabbitMQ node needs rabbitmq-server and root (Debian's wrapper runs the"
+            " server as user rabbitmq); .ci/run installs it and runs as root."
+        )
     base = Path(tempfile.mkdtemp(prefix="mkfault_rabbit_"))
     rabbit = PrivateRabbit(base)
     try:
