@@ -1,19 +1,23 @@
 """Reactions to orders' signals. Thin: each only enqueues a billing task."""
 
+from marketplace.queueing import enqueue_or_leave_to_sweeper
 from orders import signals
+
+# Broker down: billing_sweep finds cancelled or delivered orders whose refund or payables
+# were never recorded and queues them, so the order's committed change never fails for it.
 
 
 def on_order_cancelled(sender, order_id, **kwargs) -> None:
     from billing import tasks
 
-    tasks.order_cancellation_refund.delay(str(order_id))
+    enqueue_or_leave_to_sweeper(tasks.order_cancellation_refund, str(order_id))
 
 
 def on_order_delivered(sender, order_id, **kwargs) -> None:
     from billing import tasks
 
-    tasks.order_trueup.delay(str(order_id))
-    tasks.order_fleet_payables.delay(str(order_id))
+    enqueue_or_leave_to_sweeper(tasks.order_trueup, str(order_id))
+    enqueue_or_leave_to_sweeper(tasks.order_fleet_payables, str(order_id))
 
 
 def connect() -> None:

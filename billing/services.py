@@ -1053,7 +1053,41 @@ def billing_sweep(*, now=None) -> dict[str, int]:
     )
     for pk in orders:
         _enqueue("order_fleet_payables", str(pk))
-    return {"events": len(events), "refunds": len(refunds), "payables": len(orders)}
+    # Cancelled or delivered orders (of the last two days) whose refund was never computed:
+    # the broker was down when the order changed state. Both tasks are idempotent (refund
+    # keys are unique), so an order that needs no refund is just looked at again.
+    recent = now - timedelta(days=2)
+    paid_orders = Order.objects.filter(
+        updated_at__lt=stale,
+        updated_at__gte=recent,
+        payments__status=Payment.Status.SUCCEEDED,
+    )
+    cancelled = list(
+        paid_orders.filter(status__in=[Order.Status.CANCELLED, Order.Status.REFUNDED])
+        .exclude(refunds__reason=Refund.Reason.CANCELLATION)
+        .values_list("pk", flat=True)
+        .distinct()[:100]
+    )
+    for pk in cancelled:
+        _enqueue("order_cancellation_refund", str(pk))
+    short = list(
+        paid_orders.filter(
+            status__in=[Order.Status.DELIVERED, Order.Status.CLOSED],
+            accepted_hours__lt=F("hours"),
+        )
+        .exclude(refunds__reason=Refund.Reason.TRUE_UP)
+        .values_list("pk", flat=True)
+        .distinct()[:100]
+    )
+    for pk in short:
+        _enqueue("order_trueup", str(pk))
+    return {
+        "events": len(events),
+        "refunds": len(refunds),
+        "payables": len(orders),
+        "cancellation_refunds": len(cancelled),
+        "trueups": len(short),
+    }
 
 
 # --- Fleet payables and payouts ----------------------------------------------------------------

@@ -24,8 +24,9 @@ from datasets.packaging import DatasetCardFacts, Provenance, upload_tree, write_
 from datasets.qa import EpisodeExpectation, QAResult, check_stored_episode
 from fleets import services as fleet_services
 from fleets.models import Job, Robot
-from marketplace.errors import Conflict, NotFound, ServiceError
+from marketplace.errors import Conflict, NotFound, ServiceError, ServiceUnavailable
 from marketplace.models import Membership, Organization
+from marketplace.queueing import enqueue_or_leave_to_sweeper
 from marketplace.tenancy import Caller
 from orders.models import Order
 from orders.services import order_transition
@@ -157,7 +158,21 @@ def episode_register(
     return episode, instructions
 
 
+def _storage_unavailable(exc: Exception) -> ServiceUnavailable:
+    return ServiceUnavailable(
+        f"Storage cannot be reached right now; nothing was changed, try again shortly. ({exc})",
+        code="storage_unavailable",
+    )
+
+
 def _upload_instructions(episode: Episode) -> UploadInstructions:
+    try:
+        return _upload_instructions_from_storage(episode)
+    except storage.StorageError as exc:  # storage refused or is down: not the caller's fault
+        raise _storage_unavailable(exc) from exc
+
+
+def _upload_instructions_from_storage(episode: Episode) -> UploadInstructions:
     expires_in = settings.S3_UPLOAD_URL_EXPIRY_SECONDS
     expires_at = timezone.now() + timezone.timedelta(seconds=expires_in)
     if episode.size_bytes < settings.EPISODE_MULTIPART_THRESHOLD_BYTES:
@@ -232,6 +247,8 @@ def episode_complete(
                     upload_id=episode.multipart_upload_id,
                     parts=[{"PartNumber": p["part_number"], "ETag": p["etag"]} for p in parts],
                 )
+            except storage.StorageUnavailable as exc:
+                raise _storage_unavailable(exc) from exc
             except storage.StorageError as exc:
                 raise _invalid(
                     "parts", f"The storage refused to complete the upload: {exc}"
@@ -246,7 +263,8 @@ def episode_complete(
 def _enqueue_qa(episode_id) -> None:
     from datasets import tasks
 
-    tasks.qa_episode.delay(str(episode_id))
+    # Broker down: the episode stays "uploaded" and qa_sweep queues its QA later.
+    enqueue_or_leave_to_sweeper(tasks.qa_episode, str(episode_id))
 
 
 # --- QA --------------------------------------------------------------------------------------
@@ -370,7 +388,8 @@ def delivery_start(*, order_id, kind: str) -> Delivery:
 def _enqueue(task_name: str, object_id) -> None:
     from datasets import tasks
 
-    getattr(tasks, task_name).delay(str(object_id))
+    # Broker down: an assembling delivery is queued again by delivery_sweep.
+    enqueue_or_leave_to_sweeper(getattr(tasks, task_name), str(object_id))
 
 
 def _delivery_episodes(delivery: Delivery):

@@ -7,6 +7,7 @@ checksum itself (`object_sha256`).
 """
 
 import base64
+import contextlib
 import hashlib
 import io
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from pathlib import Path
 import boto3
 from boto3.exceptions import S3UploadFailedError
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 from django.conf import settings
 
 STREAM_CHUNK = 1024 * 1024
@@ -28,6 +29,33 @@ class StorageError(Exception):
 
 class ObjectMissing(StorageError):
     pass
+
+
+class StorageUnavailable(StorageError):
+    """Storage could not be reached or answered 5xx / SlowDown after boto3's own retries:
+    transient. Callers retry later (tasks) or answer 503 (API); never a verdict on the data."""
+
+
+MISSING_CODES = {"404", "NoSuchKey", "NotFound"}
+UNAVAILABLE_CODES = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout"}
+
+
+@contextlib.contextmanager
+def _translated(key: str = ""):
+    """botocore's errors -> ours. Connection refused, dropped connections, timeouts and
+    broken response streams are BotoCoreError (not ClientError): they are transient too."""
+    try:
+        yield
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        if error.get("Code") in MISSING_CODES:
+            raise ObjectMissing(key) from exc
+        if status >= 500 or error.get("Code") in UNAVAILABLE_CODES:
+            raise StorageUnavailable(str(exc)) from exc
+        raise StorageError(str(exc)) from exc
+    except BotoCoreError as exc:
+        raise StorageUnavailable(str(exc)) from exc
 
 
 @dataclass(frozen=True)
@@ -107,10 +135,8 @@ def presigned_put(
 
 
 def multipart_start(*, key: str) -> str:
-    try:
+    with _translated(key):
         response = client().create_multipart_upload(Bucket=bucket(), Key=key)
-    except ClientError as exc:
-        raise StorageError(str(exc)) from exc
     return response["UploadId"]
 
 
@@ -139,31 +165,23 @@ def presigned_part_put(
 
 def multipart_complete(*, key: str, upload_id: str, parts: list[dict]) -> None:
     """parts: [{"PartNumber": 1, "ETag": "..."}, ...] as the uploader saw them."""
-    try:
+    with _translated(key):
         client().complete_multipart_upload(
             Bucket=bucket(),
             Key=key,
             UploadId=upload_id,
             MultipartUpload={"Parts": sorted(parts, key=lambda p: p["PartNumber"])},
         )
-    except ClientError as exc:
-        raise StorageError(str(exc)) from exc
 
 
 def multipart_abort(*, key: str, upload_id: str) -> None:
-    try:
+    with _translated(key):
         client().abort_multipart_upload(Bucket=bucket(), Key=key, UploadId=upload_id)
-    except ClientError as exc:
-        raise StorageError(str(exc)) from exc
 
 
 def head(key: str) -> ObjectInfo:
-    try:
+    with _translated(key):
         response = client().head_object(Bucket=bucket(), Key=key, ChecksumMode="ENABLED")
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
-            raise ObjectMissing(key) from exc
-        raise StorageError(str(exc)) from exc
     return ObjectInfo(
         key=key,
         size=response["ContentLength"],
@@ -174,23 +192,17 @@ def head(key: str) -> ObjectInfo:
 
 def read_range(key: str, start: int, end_inclusive: int) -> bytes:
     """Bytes start..end_inclusive. Explicit ranges only: suffix ranges are broken locally."""
-    try:
+    with _translated(key):
         response = client().get_object(
             Bucket=bucket(), Key=key, Range=f"bytes={start}-{end_inclusive}"
         )
-    except ClientError as exc:
-        raise StorageError(str(exc)) from exc
-    return response["Body"].read()
+        return response["Body"].read()
 
 
 def copy(*, source_key: str, dest_key: str) -> None:
     """Server-side copy within the bucket (the bytes do not come through us)."""
-    try:
+    with _translated(source_key):
         client().copy({"Bucket": bucket(), "Key": source_key}, bucket(), dest_key)
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
-            raise ObjectMissing(source_key) from exc
-        raise StorageError(str(exc)) from exc
 
 
 def exists(key: str) -> bool:
@@ -204,18 +216,16 @@ def exists(key: str) -> bool:
 def object_sha256(key: str) -> str:
     """SHA-256 (hex) of the stored bytes, streamed once."""
     digest = hashlib.sha256()
-    try:
+    with _translated(key):
         body = client().get_object(Bucket=bucket(), Key=key)["Body"]
-    except ClientError as exc:
-        raise StorageError(str(exc)) from exc
-    for chunk in iter(lambda: body.read(STREAM_CHUNK), b""):
-        digest.update(chunk)
+        for chunk in iter(lambda: body.read(STREAM_CHUNK), b""):
+            digest.update(chunk)
     return digest.hexdigest()
 
 
 def put_bytes(*, key: str, data: bytes, content_type: str = "application/octet-stream") -> None:
     """Server-side writes (deliveries). Never used for fleet uploads."""
-    try:
+    with _translated(key):
         client().put_object(
             Bucket=bucket(),
             Key=key,
@@ -223,8 +233,6 @@ def put_bytes(*, key: str, data: bytes, content_type: str = "application/octet-s
             ContentType=content_type,
             ChecksumSHA256=base64.b64encode(hashlib.sha256(data).digest()).decode(),
         )
-    except ClientError as exc:
-        raise StorageError(str(exc)) from exc
 
 
 def upload_file(*, key: str, path) -> None:
@@ -236,9 +244,12 @@ def upload_file(*, key: str, path) -> None:
         ".mp4": "video/mp4",
     }.get(Path(path).suffix, "application/octet-stream")
     try:
-        client().upload_file(str(path), bucket(), key, ExtraArgs={"ContentType": content_type})
-    except (ClientError, S3UploadFailedError) as exc:
-        raise StorageError(str(exc)) from exc
+        with _translated(key):
+            client().upload_file(str(path), bucket(), key, ExtraArgs={"ContentType": content_type})
+    except S3UploadFailedError as exc:
+        # boto3's transfer manager flattens the cause into this; an upload that failed
+        # after boto3's retries is worth retrying later, so it counts as unavailable.
+        raise StorageUnavailable(str(exc)) from exc
 
 
 def presigned_get(*, key: str, expires_in: int, download_name: str | None = None) -> str:

@@ -10,7 +10,7 @@ from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from datasets import services, storage
-from datasets.models import Episode
+from datasets.models import Delivery, Episode
 
 TRANSIENT = (OperationalError, InterfaceError, storage.StorageError)
 COMMON = {
@@ -45,6 +45,19 @@ def qa_sweep() -> int:
 def delivery_assemble(delivery_id: str) -> str:
     """Queue "delivery": write the dataset, card and manifest; the order moves on when done."""
     return services.delivery_assemble(delivery_id=delivery_id).status
+
+
+@shared_task(**COMMON)
+def delivery_sweep() -> int:
+    """celery beat: re-queue the assembly of deliveries still assembling long after they were
+    opened (their message was never published because the broker was down, or a worker died
+    past its retries). Assembly is idempotent. Returns how many were re-queued."""
+    cutoff = timezone.now() - timedelta(seconds=settings.DELIVERY_ASSEMBLY_STALE_SECONDS)
+    stale = Delivery.objects.filter(status=Delivery.Status.ASSEMBLING, created_at__lt=cutoff)
+    ids = list(stale.values_list("id", flat=True)[:100])
+    for delivery_id in ids:
+        delivery_assemble.delay(str(delivery_id))
+    return len(ids)
 
 
 @shared_task(**COMMON)

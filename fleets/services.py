@@ -39,6 +39,7 @@ from fleets.models import (
 )
 from marketplace.errors import Conflict, NotFound, ServiceError
 from marketplace.models import Organization
+from marketplace.queueing import enqueue_or_leave_to_sweeper
 from orders.models import Embodiment, Order, SensorAddon
 from orders.services import order_transition
 
@@ -66,7 +67,8 @@ def _enqueue(task_name: str, *args) -> None:
     from fleets import tasks
 
     task = getattr(tasks, task_name)
-    transaction.on_commit(lambda: task.delay(*args))
+    # Broker down: dispatch_sweep re-kicks open jobs and resends pending webhooks.
+    transaction.on_commit(lambda: enqueue_or_leave_to_sweeper(task, *args))
 
 
 # --- Job state machine ---------------------------------------------------------------------
@@ -838,6 +840,8 @@ class SweepResult:
     jobs_reclaimed: int
     jobs_redispatched: int
     webhooks_resent: int = 0
+    orders_planned: int = 0
+    jobs_of_cancelled_orders: int = 0
 
 
 def dispatch_sweep() -> SweepResult:
@@ -861,6 +865,17 @@ def dispatch_sweep() -> SweepResult:
             reclaimed += job_reclaim_silent(assignment_id=assignment.pk, timeout_seconds=timeout)
 
     stale_open = now - timedelta(seconds=settings.FLEETS_STALE_OPEN_JOB_SECONDS)
+    # Jobs of cancelled orders whose order_cancelled work was never queued (broker down):
+    # cancelled first, so they are not dispatched again below. Idempotent.
+    cancelled = 0
+    for order_id in (
+        Order.objects.filter(status=Order.Status.CANCELLED, updated_at__lte=stale_open)
+        .filter(jobs__isnull=False)
+        .exclude(jobs__status__in=[Job.Status.COMPLETED, Job.Status.CANCELLED])
+        .values_list("pk", flat=True)
+        .distinct()[:100]
+    ):
+        cancelled += order_cancel_jobs(order_id=order_id)
     redispatched = 0
     for job_id in Job.objects.filter(
         status=Job.Status.OPEN, updated_at__lte=stale_open
@@ -881,19 +896,33 @@ def dispatch_sweep() -> SweepResult:
     ):
         transaction.on_commit(lambda d=str(delivery_id): _deliver_now(d))
         resent += 1
-    return SweepResult(expired, reclaimed, redispatched, resent)
+    # Paid orders whose order_paid work was never queued (the broker was down when the order
+    # was paid): plan them (idempotent).
+    planned = 0
+    for order_id in Order.objects.filter(
+        status=Order.Status.PAID, jobs__isnull=True, updated_at__lte=stale_open
+    ).values_list("pk", flat=True)[:100]:
+        transaction.on_commit(lambda o=str(order_id): _plan_now(o))
+        planned += 1
+    return SweepResult(expired, reclaimed, redispatched, resent, planned, cancelled)
 
 
 def _deliver_now(delivery_id: str) -> None:
     from fleets import tasks
 
-    tasks.webhook_deliver.delay(delivery_id)
+    enqueue_or_leave_to_sweeper(tasks.webhook_deliver, delivery_id)
 
 
 def _dispatch_now(job_id: str) -> None:
     from fleets import tasks
 
-    tasks.job_dispatch.delay(job_id)
+    enqueue_or_leave_to_sweeper(tasks.job_dispatch, job_id)
+
+
+def _plan_now(order_id: str) -> None:
+    from fleets import tasks
+
+    enqueue_or_leave_to_sweeper(tasks.order_plan, order_id)
 
 
 def job_redispatch(*, job_id, actor_label: str) -> Job:

@@ -44,6 +44,8 @@ def dispatch_sweep() -> dict:
         "jobs_reclaimed": result.jobs_reclaimed,
         "jobs_redispatched": result.jobs_redispatched,
         "webhooks_resent": result.webhooks_resent,
+        "orders_planned": result.orders_planned,
+        "jobs_of_cancelled_orders": result.jobs_of_cancelled_orders,
     }
 
 

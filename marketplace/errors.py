@@ -35,5 +35,12 @@ class NotFound(ServiceError):
     code = "not_found"
 
 
+class ServiceUnavailable(ServiceError):
+    """A system we depend on (storage, broker, database) cannot be reached: try again later."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    code = "service_unavailable"
+
+
 def error_body(code: str, message: str, fields: dict | None = None) -> dict:
     return {"code": code, "message": message, "fields": fields or {}}

@@ -1,13 +1,20 @@
 """DRF's EXCEPTION_HANDLER and Django's API error views: every error in the one shape."""
 
+import logging
+
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import InterfaceError as DatabaseInterfaceError
+from django.db import OperationalError as DatabaseOperationalError
 from django.http import Http404, JsonResponse
+from kombu.exceptions import OperationalError as BrokerUnreachable
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from marketplace.errors import ServiceError, error_body
+
+logger = logging.getLogger(__name__)
 
 _DRF_CODES = {
     exceptions.ParseError: "malformed_request",
@@ -50,8 +57,21 @@ def _first_message(fields: dict) -> str:
     return "The request is invalid."
 
 
+UNAVAILABLE = {
+    # A connection lost mid-request (the next request reconnects: CONN_HEALTH_CHECKS).
+    DatabaseOperationalError: ("database_unavailable", "The database"),
+    DatabaseInterfaceError: ("database_unavailable", "The database"),
+    BrokerUnreachable: ("broker_unavailable", "The task queue"),
+}
+
+
 def api_exception_handler(exc, context):
     """DRF's EXCEPTION_HANDLER: every error leaves in the one shape."""
+    for cls, (code, what) in UNAVAILABLE.items():
+        if isinstance(exc, cls):
+            logger.warning("503 %s: %r", code, exc)
+            body = error_body(code, f"{what} cannot be reached right now; try again shortly.")
+            return Response(body, status=503, headers={"Retry-After": "5"})
     if isinstance(exc, ServiceError):
         return Response(error_body(exc.code, exc.message, exc.fields), status=exc.status_code)
     if isinstance(exc, DjangoValidationError):

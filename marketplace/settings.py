@@ -189,9 +189,28 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "store_processed": False,
         "control_folder": str(BROKER_DIR / "control"),
     }
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    # Redis redelivers a message not acknowledged within this time to another worker: it
+    # must exceed the longest task (a large delivery's assembly), or that task runs twice.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": int(os.environ.get("CELERY_VISIBILITY_TIMEOUT_SECONDS", "21600"))
+    }
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# When the worker loses the broker, its unacknowledged (acks_late) messages go back to the
+# queue and are redelivered: stop the running copies so no task runs twice at once.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Publishing while the broker is down: a few quick retries (a broker restart takes seconds),
+# then the caller gives up and the work is left to the sweepers (marketplace/queueing.py),
+# so a web request never hangs on the broker for long.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": int(os.environ.get("CELERY_PUBLISH_MAX_RETRIES", "3")),
+    "interval_start": 0,
+    "interval_step": 0.5,
+    "interval_max": 1,
+}
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TIMEZONE = "UTC"
@@ -300,6 +319,12 @@ JOB_PAGE_SECTIONS = ["datasets.web.job_episodes"]
 DELIVERY_DATA_FILE_BYTES = int(os.environ.get("DELIVERY_DATA_FILE_BYTES", str(100 * 1024**2)))
 DELIVERY_LINK_EXPIRY_SECONDS = int(os.environ.get("DELIVERY_LINK_EXPIRY_SECONDS", "300"))
 CELERY_BEAT_SCHEDULE["datasets-qa-sweep"] = {"task": "datasets.tasks.qa_sweep", "schedule": 300.0}
+# Deliveries still assembling this long after they were opened get their assembly queued again.
+DELIVERY_ASSEMBLY_STALE_SECONDS = int(os.environ.get("DELIVERY_ASSEMBLY_STALE_SECONDS", "1800"))
+CELERY_BEAT_SCHEDULE["datasets-delivery-sweep"] = {
+    "task": "datasets.tasks.delivery_sweep",
+    "schedule": 600.0,
+}
 
 # --- Billing (Stripe) -------------------------------------------------------------------------
 # No STRIPE_API_KEY: online payment is off and staff mark orders paid (admin action).

@@ -42,9 +42,10 @@ def broker_url():
     _rabbitmqctl("delete_vhost", vhost)  # drops the vhost's queues and messages
 
 
-@pytest.fixture
-def publish_to(broker_url):
-    """Make this (test) process publish tasks to the test vhost, really (not eagerly)."""
+@contextlib.contextmanager
+def publishing_to(broker_url: str):
+    """Make this (test) process publish tasks to `broker_url`, really (not eagerly), starting
+    from empty queues; the previous broker settings come back afterwards."""
     saved = app.conf.broker_url, app.conf.task_always_eager
 
     def reset_pools():
@@ -55,16 +56,25 @@ def publish_to(broker_url):
     app.conf.broker_url = broker_url
     app.conf.task_always_eager = False
     reset_pools()
-    with app.connection_for_write() as conn:
-        conn.ensure_connection(max_retries=3)
-        # Start from empty queues: a declared-but-unconsumed queue keeps nothing from before.
-        for name in ("dispatch", "qa", "delivery", "billing", "default"):
-            queue = Queue(name)(conn.default_channel)  # declared as Celery declares it
-            queue.declare()
-            queue.purge()
-    yield broker_url
-    app.conf.broker_url, app.conf.task_always_eager = saved
-    reset_pools()
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=3)
+            # Start from empty queues: a declared-but-unconsumed queue keeps nothing from before.
+            for name in ("dispatch", "qa", "delivery", "billing", "default"):
+                queue = Queue(name)(conn.default_channel)  # declared as Celery declares it
+                queue.declare()
+                queue.purge()
+        yield broker_url
+    finally:
+        app.conf.broker_url, app.conf.task_always_eager = saved
+        reset_pools()
+
+
+@pytest.fixture
+def publish_to(broker_url):
+    """Make this (test) process publish tasks to the test vhost, really (not eagerly)."""
+    with publishing_to(broker_url):
+        yield broker_url
 
 
 class Worker:
