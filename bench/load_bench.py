@@ -2,20 +2,21 @@
 beside a bare DRF endpoint on the same server in the same run.
 
     pip install -e '.[bench]'        # locust
-    python bench/load_bench.py [--seconds 20] [--users 8] [--workers 2] [--only NAME ...]
+    python bench/load_bench.py [--seconds 10] [--users 8] [--workers 2] [--only NAME ...]
 
 Recreates the PostgreSQL database BENCH_LOAD_DATABASE_URL (default
 postgres://postgres@127.0.0.1:5432/marketplace_load_bench; dropped and created each run),
 seeds a world (6 customers with 50 orders each, 4 fleet operators with 3 sites each, jobs,
 about 2,900 episodes, deliveries), starts the local S3 server (episode registration presigns
 uploads) and gunicorn (bench.settings: no throttling, plus /bench/bare) on 127.0.0.1, and
-runs locust headless, one scenario per endpoint (--seconds each, --users concurrent users,
-closed loop), the bare endpoint first and last, then every endpoint at once ("mixed").
+runs locust headless: for each endpoint, and then for all of them at once ("mixed"), a bare
+run and then the endpoint's run (--seconds each, --users concurrent users, closed loop).
 Prints per endpoint: requests/s, p50, p99, errors, the ratio of its requests/s to the bare
-endpoint's, and the SQL queries one request makes (measured in-process with Django's test
-client). Afterwards checks the writes: every order and episode that answered 201 is stored exactly
-once (orders are retried with their Idempotency-Key during the run). Exits non-zero on any
-error. Bounded: about 12 x --seconds of load.
+run just before it, the SQL queries one request makes (measured in-process with Django's
+test client) and the gunicorn CPU time per request (from /proc, Linux). Then checks the
+writes: every order and episode that answered 201 is stored exactly once (orders are also
+retried with their Idempotency-Key during the run). Exits non-zero on any error. Bounded:
+20 runs of --seconds (about 4 min at the default).
 """
 
 import argparse
@@ -286,6 +287,21 @@ def run_locust(env: dict, port: int, user_class: str, seconds: float, users: int
     return rows, failures
 
 
+def server_cpu_seconds(port: int) -> float:
+    """User + system CPU of the gunicorn processes serving `port` (master and workers), from
+    /proc: a cost per request that the load of other processes on the machine hardly moves."""
+    ticks = 0
+    for proc in Path("/proc").iterdir():
+        try:
+            if f"127.0.0.1:{port}".encode() not in (proc / "cmdline").read_bytes():
+                continue
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # not a process, or gone meanwhile
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def figures(row: dict) -> dict:
     return {
         "requests": int(row["Request Count"]),
@@ -293,6 +309,7 @@ def figures(row: dict) -> dict:
         "rps": float(row["Requests/s"]),
         "p50_ms": float(row["50%"]),
         "p99_ms": float(row["99%"]),
+        "cpu_ms": row.get("cpu_ms", 0.0),
     }
 
 
@@ -300,7 +317,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--seconds", type=int, default=20, help="per scenario")
+    parser.add_argument("--seconds", type=int, default=10, help="per run")
     parser.add_argument("--users", type=int, default=8, help="concurrent locust users")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
     parser.add_argument("--only", nargs="*", help="endpoint names to run (default: all)")
@@ -343,27 +360,40 @@ def main() -> int:
         names = [n for n in ENDPOINTS if n != "bare" and (not args.only or n in args.only)]
         results, bare_runs, failures = {}, [], []
         with gunicorn(env, workers=args.workers) as port:
-            run = lambda name, seconds: run_locust(  # noqa: E731
-                env, port, name, seconds, args.users, tmp
-            )
+
+            def run(user_class: str, seconds: int):
+                cpu_before = server_cpu_seconds(port)
+                rows, failed = run_locust(env, port, user_class, seconds, args.users, tmp)
+                cpu = server_cpu_seconds(port) - cpu_before
+                for row in rows.values():
+                    row["cpu_ms"] = cpu * 1000 / max(int(rows["Aggregated"]["Request Count"]), 1)
+                return rows, failed
+
             run("Mixed", 3)  # warm up: imports, connections, caches
-            for name in ["bare", *names, "bare"]:
+
+            def bare_run() -> float:
+                rows, failed = run(user_class_name("bare"), args.seconds)
+                failures.extend(failed)
+                bare_runs.append(figures(rows["bare"]))
+                return bare_runs[-1]["rps"]
+
+            # Each endpoint right after a bare run of its own: on a shared machine the load
+            # drifts, so each ratio compares two runs a few seconds apart.
+            for name in [*names, "mixed"]:
+                bare_rps = bare_run()
                 rows, failed = run(user_class_name(name), args.seconds)
                 failures += failed
-                if name == "bare":
-                    bare_runs.append(figures(rows["bare"]))
-                else:
-                    results[name] = figures(rows[name])
-            mixed_rows, failed = run("Mixed", args.seconds)
-            failures += failed
-            mixed = {n: figures(r) for n, r in mixed_rows.items()}
+                row = rows["Aggregated" if name == "mixed" else name]
+                results[name] = {**figures(row), "bare_rps": bare_rps}
 
         bare = {
             "requests": sum(r["requests"] for r in bare_runs),
             "errors": sum(r["errors"] for r in bare_runs),
-            "rps": statistics.mean(r["rps"] for r in bare_runs),
-            "p50_ms": statistics.mean(r["p50_ms"] for r in bare_runs),
-            "p99_ms": statistics.mean(r["p99_ms"] for r in bare_runs),
+            "rps": statistics.median(r["rps"] for r in bare_runs),
+            "p50_ms": statistics.median(r["p50_ms"] for r in bare_runs),
+            "p99_ms": statistics.median(r["p99_ms"] for r in bare_runs),
+            "bare_rps": statistics.median(r["rps"] for r in bare_runs),
+            "cpu_ms": statistics.median(r["cpu_ms"] for r in bare_runs),
         }
         integrity = check_writes(Path(env["LOAD_WRITES"]))
 
@@ -374,21 +404,17 @@ def main() -> int:
     )
     print(
         f"gunicorn {args.workers} workers; locust {args.users} users, closed loop,"
-        f" {args.seconds:g} s per endpoint; bare run first and last (mean)"
+        f" {args.seconds:g} s per run; each endpoint run right after a bare run, and"
+        f" compared with it (bare row: median of {len(bare_runs)} runs)"
     )
     header = f"{'endpoint':<18}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'requests':>10}"
-    print(header + f"{'errors':>8}{'vs bare':>9}{'queries':>9}")
+    print(header + f"{'errors':>8}{'bare req/s':>12}{'vs bare':>9}{'queries':>9}{'CPU ms':>8}")
     for name, row in [("bare", bare), *results.items()]:
         print(
             f"{name:<18}{row['rps']:>9.1f}{row['p50_ms']:>9.0f}{row['p99_ms']:>9.0f}"
-            f"{row['requests']:>10}{row['errors']:>8}{row['rps'] / bare['rps']:>9.3f}"
-            f"{queries[name]:>9}"
-        )
-    total = mixed.get("Aggregated", {})
-    if total:
-        print(
-            f"mixed (all at once){total['rps']:>8.1f}{total['p50_ms']:>9.0f}"
-            f"{total['p99_ms']:>9.0f}{total['requests']:>10}{total['errors']:>8}"
+            f"{row['requests']:>10}{row['errors']:>8}{row['bare_rps']:>12.1f}"
+            f"{row['rps'] / row['bare_rps']:>9.3f}{queries.get(name, ''):>9}"
+            f"{row['cpu_ms']:>8.1f}"
         )
     for check, ok in integrity.items():
         print(f"{'ok ' if ok else 'FAILED '} {check}")
@@ -396,7 +422,6 @@ def main() -> int:
         print(f"failure: {failure['Method']} {failure['Name']} x{failure['Occurrences']}:")
         print(f"  {failure['Error'][:300]}")
     errors = bare["errors"] + sum(r["errors"] for r in results.values())
-    errors += total.get("errors", 0)
     return 1 if errors or not all(integrity.values()) else 0
 
 
