@@ -248,40 +248,41 @@ def queries_per_request(world: dict) -> dict[str, int]:
 def run_locust(env: dict, port: int, user_class: str, seconds: float, users: int, out: Path):
     """One headless locust run; returns its stats rows by request name, and its failures."""
     prefix = out / user_class
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "locust",
-            "-f",
-            str(ROOT / "bench" / "load_locustfile.py"),
-            "--headless",
-            "--host",
-            f"http://127.0.0.1:{port}",
-            "-u",
-            str(users),
-            "-r",
-            str(users),
-            "-t",
-            f"{int(seconds)}s",
-            "--stop-timeout",
-            "5",
-            "--csv",
-            str(prefix),
-            "--only-summary",
-            "--loglevel",
-            "ERROR",
-            "--exit-code-on-error",
-            "0",  # errors are counted from the CSV and fail the run at the end
-            user_class,
-        ],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        timeout=seconds + 60,
-        stdout=subprocess.DEVNULL,
-        stderr=(out / f"{user_class}.log").open("w"),  # its summary table; figures from CSV
-    )
+    with (out / f"{user_class}.log").open("w") as log:  # its summary table; figures from CSV
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "locust",
+                "-f",
+                str(ROOT / "bench" / "load_locustfile.py"),
+                "--headless",
+                "--host",
+                f"http://127.0.0.1:{port}",
+                "-u",
+                str(users),
+                "-r",
+                str(users),
+                "-t",
+                f"{int(seconds)}s",
+                "--stop-timeout",
+                "5",
+                "--csv",
+                str(prefix),
+                "--only-summary",
+                "--loglevel",
+                "ERROR",
+                "--exit-code-on-error",
+                "0",  # errors are counted from the CSV and fail the run at the end
+                user_class,
+            ],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            timeout=seconds + 60,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
     with open(f"{prefix}_stats.csv") as handle:
         rows = {row["Name"]: row for row in csv.DictReader(handle)}
     with open(f"{prefix}_failures.csv") as handle:
