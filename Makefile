@@ -11,8 +11,9 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/marketplace
 PYTEST_ARGS ?=
+FLOWER_PORT ?= 5555
 
-.PHONY: run test setup lint migrate clean
+.PHONY: run test setup lint migrate clean flower
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +37,11 @@ run: migrate
 	$(BIN)/python manage.py seed_demo
 	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(BIN)/python manage.py run_platform --host $(HOST) \
 		--port $(PORT) --demo $(if $(ONCE),--once)
+
+# Flower (queue and task monitor) on the broker the settings name (CELERY_BROKER_URL,
+# default the embedded filesystem broker): http://$(HOST):$(FLOWER_PORT)/
+flower: setup
+	$(BIN)/celery -A marketplace flower --address=$(HOST) --port=$(FLOWER_PORT)
 
 lint: setup
 	$(BIN)/ruff check .

@@ -90,6 +90,8 @@ def api_key_touch(*, api_key: ApiKey, min_interval_seconds: int = 60) -> None:
     """Record use, at most once a minute per key so reads do not all turn into writes."""
     now = timezone.now()
     cutoff = now - timedelta(seconds=min_interval_seconds)
+    if api_key.last_used_at is not None and api_key.last_used_at >= cutoff:
+        return  # fresh as just read: no UPDATE round trip on every request
     stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=cutoff)
     if ApiKey.objects.filter(stale, pk=api_key.pk).update(last_used_at=now):
         api_key.last_used_at = now

@@ -212,6 +212,10 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {
     "interval_max": 1,
 }
 CELERY_TASK_DEFAULT_QUEUE = "default"
+# Task events from the start (as `worker -E`), so Flower sees every task, not only those
+# after its first periodic "enable events" broadcast; "sent" shows tasks still queued.
+CELERY_WORKER_SEND_TASK_EVENTS = env_bool("CELERY_WORKER_SEND_TASK_EVENTS", True)
+CELERY_TASK_SEND_SENT_EVENT = env_bool("CELERY_TASK_SEND_SENT_EVENT", True)
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE: dict[str, dict] = {}  # each app's block below adds its periodic tasks

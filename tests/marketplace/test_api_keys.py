@@ -103,3 +103,26 @@ def test_session_writes_need_csrf(customer):
     client.force_login(customer.user)
     response = client.post("/api/v1/api-keys", {"name": "x"}, format="json")
     assert response.status_code == 403
+
+
+def test_a_key_used_within_the_minute_is_not_written_again(customer):
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    def key_updates() -> list[str]:
+        with CaptureQueriesContext(connection) as queries:
+            assert customer.client.get("/api/v1/me").status_code == 200
+        return [q["sql"] for q in queries if q["sql"].startswith('UPDATE "marketplace_apikey"')]
+
+    # given: a key just used
+    assert len(key_updates()) == 1
+    # when / then: used again at once, authenticating it writes nothing
+    assert key_updates() == []
+    # when / then: used again more than a minute later, its last use is recorded
+    ApiKey.objects.filter(pk=customer.api_key.pk).update(
+        last_used_at=timezone.now() - timedelta(minutes=2)
+    )
+    assert len(key_updates()) == 1
