@@ -1,20 +1,19 @@
 """Billing fixtures: a real localstripe process, signed webhooks, eager Celery."""
 
-import hashlib
-import hmac
 import json
 import os
 import socket
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 import stripe
 
 from marketplace.celery import app as celery_app
+from tests.billing import stripe_events
+from tests.billing.stripe_events import make_event
 
 # pytest-django's live_server binds "localhost" unless told: keep it on 127.0.0.1 only.
 os.environ.setdefault("DJANGO_LIVE_TEST_SERVER_ADDRESS", "127.0.0.1")
@@ -89,23 +88,7 @@ def stripe_client(localstripe_url) -> stripe.StripeClient:
 
 
 def sign(body: str, *, secret: str = WEBHOOK_SECRET, timestamp: int | None = None) -> str:
-    timestamp = int(time.time()) if timestamp is None else timestamp
-    digest = hmac.new(secret.encode(), f"{timestamp}.{body}".encode(), hashlib.sha256)
-    return f"t={timestamp},v1={digest.hexdigest()}"
-
-
-def make_event(event_type: str, obj: dict, *, event_id: str | None = None) -> str:
-    return json.dumps(
-        {
-            "id": event_id or f"evt_{uuid.uuid4().hex[:24]}",
-            "object": "event",
-            "type": event_type,
-            "livemode": False,
-            "created": int(time.time()),
-            "api_version": "2024-06-20",
-            "data": {"object": obj},
-        }
-    )
+    return stripe_events.sign(body, secret=secret, timestamp=timestamp)
 
 
 def post_webhook(client, body: str, signature: str | None = None):

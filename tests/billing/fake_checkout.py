@@ -8,17 +8,16 @@ completes the session, sends Stripe's signed `checkout.session.completed` webhoo
 Cancel link goes to `cancel_url`. Listens on 127.0.0.1 only.
 """
 
-import hashlib
-import hmac
 import html
 import json
 import threading
-import time
 import urllib.error
 import urllib.request
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl
+
+from tests.billing.stripe_events import make_event, sign
 
 
 class FakeCheckout:
@@ -175,27 +174,13 @@ border-radius: 4px; }}</style></head>
         """Deliver a Stripe-signed event (t=<ts>,v1=HMAC-SHA256(secret, "<ts>.<body>"))."""
         if not self.webhook_url:
             return
-        body = json.dumps(
-            {
-                "id": f"evt_{uuid.uuid4().hex[:24]}",
-                "object": "event",
-                "type": event_type,
-                "livemode": False,
-                "created": int(time.time()),
-                "api_version": "2024-06-20",
-                "data": {"object": obj},
-            }
-        )
-        timestamp = int(time.time())
-        digest = hmac.new(
-            self.webhook_secret.encode(), f"{timestamp}.{body}".encode(), hashlib.sha256
-        ).hexdigest()
+        body = make_event(event_type, obj)
         request = urllib.request.Request(
             self.webhook_url,
             data=body.encode(),
             headers={
                 "Content-Type": "application/json",
-                "Stripe-Signature": f"t={timestamp},v1={digest}",
+                "Stripe-Signature": sign(body, secret=self.webhook_secret),
             },
             method="POST",
         )
