@@ -1,6 +1,7 @@
 """Shared fixtures: organizations of each kind, API clients authenticated by key, local S3."""
 
 import importlib
+from contextlib import contextmanager
 
 import pytest
 from django.core.cache import cache
@@ -8,10 +9,29 @@ from rest_framework.test import APIClient
 
 from local_s3 import launcher as local_s3
 from marketplace import services
+from marketplace.celery import app as celery_app
 from marketplace.models import Membership, Organization
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
 
 pytest_plugins = ["tests.celery_worker", "tests.datasets.helpers"]
+
+
+@contextmanager
+def celery_eagerly():
+    """Tasks run where they are enqueued (after the enqueuing transaction commits), and their
+    exceptions propagate; the previous mode comes back afterwards."""
+    previous = celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates
+    celery_app.conf.task_always_eager = celery_app.conf.task_eager_propagates = True
+    try:
+        yield
+    finally:
+        celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates = previous
+
+
+@pytest.fixture
+def eager_celery():
+    with celery_eagerly():
+        yield
 
 
 def _is_transactional(request) -> bool:

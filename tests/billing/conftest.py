@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import stripe
 
-from marketplace.celery import app as celery_app
 from tests.billing import stripe_events
 from tests.billing.stripe_events import make_event
 
@@ -57,15 +56,6 @@ def localstripe_url(tmp_path_factory):
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
-
-
-@pytest.fixture
-def eager_celery():
-    previous = celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates
-    celery_app.conf.task_always_eager = True
-    celery_app.conf.task_eager_propagates = True
-    yield
-    celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates = previous
 
 
 @pytest.fixture

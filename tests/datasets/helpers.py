@@ -5,21 +5,9 @@ import urllib.request
 from decimal import Decimal
 from urllib.error import HTTPError
 
-import pytest
-
 from datasets.models import Episode
-from marketplace.celery import app
 from orders.models import Order
 from tests.factories import FleetFactory, JobFactory, OrderFactory, RobotFactory, SiteFactory
-
-
-@pytest.fixture
-def eager_celery():
-    app.conf.task_always_eager = True
-    app.conf.task_eager_propagates = True
-    yield
-    app.conf.task_always_eager = False
-    app.conf.task_eager_propagates = False
 
 
 class Collection:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from marketplace.celery import app
+from tests.conftest import celery_eagerly
 
 
 @pytest.fixture(autouse=True)
@@ -10,11 +10,8 @@ def _celery_eager(request):
     if request.node.get_closest_marker("real_worker"):
         yield
         return
-    app.conf.task_always_eager = True
-    app.conf.task_eager_propagates = True
-    yield
-    app.conf.task_always_eager = False
-    app.conf.task_eager_propagates = False
+    with celery_eagerly():
+        yield
 
 
 @pytest.fixture

@@ -239,19 +239,7 @@ def test_a_customer_never_sees_another_customers_order(live_server, new_page):
 # --- The fleet portal -----------------------------------------------------------------------------
 
 
-@pytest.fixture
-def celery_eager():
-    """Dispatch runs in the test's thread, as tests/fleets/conftest.py runs it."""
-    from marketplace.celery import app
-
-    app.conf.task_always_eager = True
-    app.conf.task_eager_propagates = True
-    yield
-    app.conf.task_always_eager = False
-    app.conf.task_eager_propagates = False
-
-
-def test_fleet_operator_registers_a_fleet_and_accepts_an_offer(live_server, new_page, celery_eager):
+def test_fleet_operator_registers_a_fleet_and_accepts_an_offer(live_server, new_page, eager_celery):
     from datetime import timedelta
     from decimal import Decimal
 

@@ -20,7 +20,6 @@ from datasets.episode_format import episode_table, parquet_bytes
 from datasets.models import Delivery, DownloadEvent, Episode
 from fleets.models import Job, Offer
 from marketplace import services as accounts
-from marketplace.celery import app as celery_app
 from marketplace.models import Organization
 from orders.models import Order
 from tests.billing.conftest import API_KEY, WEBHOOK_SECRET, localstripe_url  # noqa: F401
@@ -49,7 +48,7 @@ EPISODE_FPS = 10
 
 
 @pytest.fixture
-def story_services(settings, s3, localstripe_url, live_server):  # noqa: F811
+def story_services(settings, s3, localstripe_url, live_server, eager_celery):  # noqa: F811
     """Stripe through the Checkout fake (webhooks to the live server), S3, eager Celery."""
     checkout = FakeCheckout(
         localstripe_url,
@@ -63,13 +62,9 @@ def story_services(settings, s3, localstripe_url, live_server):  # noqa: F811
     settings.STRIPE_TIMEOUT_SECONDS = 10
     settings.BILLING_CHECKOUT_SUCCESS_URL = live_server.url + "/orders/{order_id}/?payment=success"
     settings.BILLING_CHECKOUT_CANCEL_URL = live_server.url + "/orders/{order_id}/?payment=cancelled"
-    previous = celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates
-    # Webhook processing, dispatch, QA and assembly run where they are enqueued (the live
-    # server's thread or the test's), each after its transaction commits.
-    celery_app.conf.task_always_eager = True
-    celery_app.conf.task_eager_propagates = True
+    # eager_celery: webhook processing, dispatch, QA and assembly run where they are enqueued
+    # (the live server's thread or the test's), each after its transaction commits.
     yield checkout
-    celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates = previous
     checkout.close()
 
 
