@@ -109,6 +109,10 @@ class Delivery(models.Model):
     revoked_by = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     ready_at = models.DateTimeField(null=True, blank=True)
+    # Set once the ready email went out / the customer webhook was first tried: delivery_sweep
+    # queues what a broker outage kept from ever running, and a repeat sends nothing twice.
+    notified_at = models.DateTimeField(null=True, blank=True)
+    webhook_attempted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -550,27 +550,43 @@ def _delivery_ready(
 
 
 def delivery_notify(*, delivery_id) -> int:
-    """Tell the customer's owners and members by email that a delivery is ready."""
-    delivery = Delivery.objects.select_related("order__organization").get(pk=delivery_id)
-    recipients = sorted(
-        Membership.objects.filter(organization=delivery.order.organization)
-        .exclude(user__email="")
-        .values_list("user__email", flat=True)
-    )
-    if not recipients:
-        return 0
-    what = "pilot dataset (please review it)" if delivery.kind == Delivery.Kind.PILOT else "dataset"
-    return send_mail(
-        subject=f"Your {what} for order {delivery.order_id} is ready",
-        message=(
-            f"{delivery.episodes} episodes,"
-            f" {(delivery.seconds / 3600).quantize(Decimal('0.01'))} h.\n"
-            f"Download it from the order's page or GET /api/v1/deliveries/{delivery.id}/files."
-        ),
-        from_email=None,
-        recipient_list=recipients,
-        fail_silently=True,
-    )
+    """Tell the customer's owners and members by email that a delivery is ready, once: the row
+    lock and `notified_at` make a repeated task (redelivery, delivery_sweep) send nothing."""
+    with transaction.atomic():
+        delivery = (
+            Delivery.objects.select_for_update(of=("self",))
+            .select_related("order__organization")
+            .get(pk=delivery_id)
+        )
+        if delivery.notified_at is not None or delivery.status != Delivery.Status.READY:
+            return 0
+        recipients = sorted(
+            Membership.objects.filter(organization=delivery.order.organization)
+            .exclude(user__email="")
+            .values_list("user__email", flat=True)
+        )
+        what = (
+            "pilot dataset (please review it)"
+            if delivery.kind == Delivery.Kind.PILOT
+            else "dataset"
+        )
+        sent = 0
+        if recipients:
+            sent = send_mail(
+                subject=f"Your {what} for order {delivery.order_id} is ready",
+                message=(
+                    f"{delivery.episodes} episodes,"
+                    f" {(delivery.seconds / 3600).quantize(Decimal('0.01'))} h.\n"
+                    "Download it from the order's page or "
+                    f"GET /api/v1/deliveries/{delivery.id}/files."
+                ),
+                from_email=None,
+                recipient_list=recipients,
+                fail_silently=True,
+            )
+        delivery.notified_at = timezone.now()
+        delivery.save(update_fields=["notified_at"])
+    return sent
 
 
 def delivery_webhook_send(*, delivery_id):
@@ -579,6 +595,10 @@ def delivery_webhook_send(*, delivery_id):
 
     delivery = Delivery.objects.select_related("order__organization").get(pk=delivery_id)
     organization = delivery.order.organization
+    if delivery.webhook_attempted_at is None:
+        Delivery.objects.filter(pk=delivery.pk, webhook_attempted_at__isnull=True).update(
+            webhook_attempted_at=timezone.now()
+        )
     if not organization.webhook_url:
         return None
     return webhooks.post(

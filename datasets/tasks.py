@@ -49,15 +49,34 @@ def delivery_assemble(delivery_id: str) -> str:
 
 @shared_task(**COMMON)
 def delivery_sweep() -> int:
-    """celery beat: re-queue the assembly of deliveries still assembling long after they were
-    opened (their message was never published because the broker was down, or a worker died
-    past its retries). Assembly is idempotent. Returns how many were re-queued."""
-    cutoff = timezone.now() - timedelta(seconds=settings.DELIVERY_ASSEMBLY_STALE_SECONDS)
+    """celery beat: queue what a lost message left undone (the broker was down when it was
+    published, or a worker died past its retries); every task here is idempotent.
+    - assembly of deliveries still assembling long after they were opened;
+    - the ready email and the customer webhook of deliveries ready for a while (within
+      DELIVERY_NOTIFY_WITHIN_SECONDS) that never had them.
+    Returns how many tasks were queued."""
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=settings.DELIVERY_ASSEMBLY_STALE_SECONDS)
     stale = Delivery.objects.filter(status=Delivery.Status.ASSEMBLING, created_at__lt=cutoff)
     ids = list(stale.values_list("id", flat=True)[:100])
     for delivery_id in ids:
         delivery_assemble.delay(str(delivery_id))
-    return len(ids)
+    ready = Delivery.objects.filter(
+        status=Delivery.Status.READY,
+        ready_at__lt=cutoff,
+        ready_at__gte=now - timedelta(seconds=settings.DELIVERY_NOTIFY_WITHIN_SECONDS),
+    )
+    unannounced = list(ready.filter(notified_at=None).values_list("id", flat=True)[:100])
+    for delivery_id in unannounced:
+        delivery_notify.delay(str(delivery_id))
+    unhooked = list(
+        ready.filter(webhook_attempted_at=None)
+        .exclude(order__organization__webhook_url="")
+        .values_list("id", flat=True)[:100]
+    )
+    for delivery_id in unhooked:
+        delivery_webhook.delay(str(delivery_id))
+    return len(ids) + len(unannounced) + len(unhooked)
 
 
 @shared_task(**COMMON)

@@ -325,6 +325,8 @@ DELIVERY_LINK_EXPIRY_SECONDS = int(os.environ.get("DELIVERY_LINK_EXPIRY_SECONDS"
 CELERY_BEAT_SCHEDULE["datasets-qa-sweep"] = {"task": "datasets.tasks.qa_sweep", "schedule": 300.0}
 # Deliveries still assembling this long after they were opened get their assembly queued again.
 DELIVERY_ASSEMBLY_STALE_SECONDS = int(os.environ.get("DELIVERY_ASSEMBLY_STALE_SECONDS", "1800"))
+# delivery_sweep sends a missed ready email / customer webhook only this long after ready.
+DELIVERY_NOTIFY_WITHIN_SECONDS = int(os.environ.get("DELIVERY_NOTIFY_WITHIN_SECONDS", "172800"))
 CELERY_BEAT_SCHEDULE["datasets-delivery-sweep"] = {
     "task": "datasets.tasks.delivery_sweep",
     "schedule": 600.0,

@@ -313,3 +313,78 @@ def test_webhook_urls_must_be_https_and_owners_only(customer, make_tenant):
         ).status_code
         == 403
     )
+
+
+def _backdate_ready(delivery, seconds: int) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    Delivery.objects.filter(pk=delivery.pk).update(
+        ready_at=timezone.now() - timedelta(seconds=seconds)
+    )
+
+
+def test_a_ready_email_lost_with_the_broker_is_sent_by_the_sweep_once(delivered, customer):
+    from datasets.tasks import delivery_sweep
+
+    # given: a delivery announced at once, then one whose email task never ran (its message
+    # was lost: modelled by clearing what the first run recorded)
+    _, _, delivery = delivered
+    delivery.refresh_from_db()
+    assert delivery.notified_at is not None and len(mail.outbox) == 1
+    _backdate_ready(delivery, 3600)
+    assert delivery_sweep() == 0 and len(mail.outbox) == 1  # announced: nothing again
+    Delivery.objects.filter(pk=delivery.pk).update(notified_at=None)
+    mail.outbox.clear()
+    # when: beat runs the sweep twice
+    queued = [delivery_sweep(), delivery_sweep()]
+    # then: the email goes out once
+    assert queued == [1, 0]
+    assert [m.to for m in mail.outbox] == [[customer.user.email]]
+    # and a delivery ready too long ago is left alone
+    Delivery.objects.filter(pk=delivery.pk).update(notified_at=None)
+    _backdate_ready(delivery, 3 * 86400)
+    assert delivery_sweep() == 0
+
+
+def test_a_customer_webhook_never_tried_is_sent_by_the_sweep(delivered, customer, settings):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from datasets.tasks import delivery_sweep
+
+    received = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            received.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        # given: the organization has a webhook, and the delivery's webhook task never ran
+        settings.CUSTOMER_WEBHOOK_ALLOW_INSECURE = True
+        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        assert (
+            customer.client.put(
+                "/api/v1/organization/webhook", {"url": url}, format="json"
+            ).status_code
+            == 200
+        )
+        _, _, delivery = delivered
+        Delivery.objects.filter(pk=delivery.pk).update(webhook_attempted_at=None)
+        _backdate_ready(delivery, 3600)
+        # when: beat runs the sweep twice
+        queued = [delivery_sweep(), delivery_sweep()]
+    finally:
+        server.shutdown()
+        server.server_close()
+    # then: delivery.ready reaches the customer once
+    assert queued == [1, 0]
+    assert len(received) == 1 and str(delivery.id).encode() in received[0]
