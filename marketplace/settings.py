@@ -342,10 +342,10 @@ STRIPE_TIMEOUT_SECONDS = float(os.environ.get("STRIPE_TIMEOUT_SECONDS", "20"))
 STRIPE_WEBHOOK_TOLERANCE_SECONDS = int(os.environ.get("STRIPE_WEBHOOK_TOLERANCE_SECONDS", "300"))
 BILLING_SITE_URL = os.environ.get("BILLING_SITE_URL", "http://127.0.0.1:8000").rstrip("/")
 BILLING_CHECKOUT_SUCCESS_URL = os.environ.get(
-    "BILLING_CHECKOUT_SUCCESS_URL", BILLING_SITE_URL + "/orders/{order_id}?payment=success"
+    "BILLING_CHECKOUT_SUCCESS_URL", BILLING_SITE_URL + "/orders/{order_id}/?payment=success"
 )
 BILLING_CHECKOUT_CANCEL_URL = os.environ.get(
-    "BILLING_CHECKOUT_CANCEL_URL", BILLING_SITE_URL + "/orders/{order_id}?payment=cancelled"
+    "BILLING_CHECKOUT_CANCEL_URL", BILLING_SITE_URL + "/orders/{order_id}/?payment=cancelled"
 )
 # Dotted path to f(order) -> Decimal | None: hours already handed to fleets.
 BILLING_DISPATCHED_HOURS_PROVIDER = os.environ.get(

@@ -38,7 +38,7 @@ def test_checkout_session_then_completed_event_pays_once(
     session = checkout.sessions[payment.stripe_checkout_session_id]
     assert session["amount_total"] == 100000
     assert session["client_reference_id"] == str(order.id)
-    assert session["success_url"].endswith(f"/orders/{order.id}?payment=success")
+    assert session["success_url"].endswith(f"/orders/{order.id}/?payment=success")
     assert checkout.idempotency_keys == [f"order:{order.id}:payment:1:checkout"]
     # when: the customer pays; Stripe sends checkout.session.completed, then the intent's event
     completed = checkout.complete(payment.stripe_checkout_session_id)

@@ -78,7 +78,7 @@ def test_pay_with_card_redirects_to_checkout_and_reuses_the_open_session(checkou
     assert payment.method == Payment.Method.CHECKOUT and payment.amount == order.total
     assert checkout.idempotency_keys == [f"order:{order.id}:payment:1:checkout"]
     session = checkout.sessions[payment.stripe_checkout_session_id]
-    assert session["success_url"].endswith(f"/orders/{order.id}?payment=success")
+    assert session["success_url"].endswith(f"/orders/{order.id}/?payment=success")
 
 
 def test_every_customer_role_may_pay_as_on_the_api(checkout, make_tenant, customer):
