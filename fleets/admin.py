@@ -15,6 +15,7 @@ from fleets.models import (
     Site,
     WebhookDelivery,
 )
+from marketplace.admin import URL_FIELDS_ASSUME_HTTPS
 from marketplace.errors import ServiceError
 
 
@@ -26,6 +27,7 @@ class SiteInline(admin.TabularInline):
 
 @admin.register(Fleet)
 class FleetAdmin(admin.ModelAdmin):
+    formfield_overrides = URL_FIELDS_ASSUME_HTTPS
     list_display = [
         "name",
         "organization",
@@ -165,6 +167,7 @@ class AssignmentAdmin(admin.ModelAdmin):
 
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(admin.ModelAdmin):
+    formfield_overrides = URL_FIELDS_ASSUME_HTTPS
     list_display = ["id", "fleet", "event_type", "status", "attempt_count", "last_status_code"]
     list_filter = ["status", "event_type"]
     readonly_fields = [f.name for f in WebhookDelivery._meta.fields]

@@ -1,11 +1,15 @@
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin
+from django.db import models
 
 from marketplace import services
 from marketplace.errors import ServiceError
 from marketplace.models import ApiKey, IdempotencyKey, Membership, Organization, User
 
 admin.site.site_header = "Motion dataset marketplace: staff"
+
+# URLs typed without a scheme mean https (webhooks must be https), as Django 6.0 will assume.
+URL_FIELDS_ASSUME_HTTPS = {models.URLField: {"assume_scheme": "https"}}
 
 
 @admin.register(User)
@@ -21,6 +25,7 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Organization)
 class OrganizationAdmin(admin.ModelAdmin):
+    formfield_overrides = URL_FIELDS_ASSUME_HTTPS
     list_display = ["name", "kind", "created_at"]
     list_filter = ["kind"]
     search_fields = ["name"]
