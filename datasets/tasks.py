@@ -18,7 +18,7 @@ COMMON = {
     "reject_on_worker_lost": True,
     "autoretry_for": TRANSIENT,
     "retry_backoff": 2,
-    "retry_backoff_max": 300,
+    "retry_backoff_max": settings.TASK_RETRY_BACKOFF_MAX_SECONDS,
     "retry_jitter": True,
     "max_retries": 10,
 }

@@ -3,6 +3,7 @@ service, are safe to run twice, run with acks_late (a task whose worker dies is 
 and retry transient database errors with exponential backoff."""
 
 from celery import shared_task
+from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from fleets import services
@@ -13,7 +14,7 @@ COMMON = {
     "reject_on_worker_lost": True,
     "autoretry_for": TRANSIENT,
     "retry_backoff": 2,
-    "retry_backoff_max": 300,
+    "retry_backoff_max": settings.TASK_RETRY_BACKOFF_MAX_SECONDS,
     "retry_jitter": True,
     "max_retries": 10,
 }

@@ -212,6 +212,9 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {
     "interval_max": 1,
 }
 CELERY_TASK_DEFAULT_QUEUE = "default"
+# Dispatch and QA/delivery tasks retry transient database and storage errors with exponential
+# backoff (2 s, 4 s, ... with jitter) capped at this many seconds.
+TASK_RETRY_BACKOFF_MAX_SECONDS = int(os.environ.get("TASK_RETRY_BACKOFF_MAX_SECONDS", "300"))
 # Task events from the start (as `worker -E`), so Flower sees every task, not only those
 # after its first periodic "enable events" broadcast; "sent" shows tasks still queued.
 CELERY_WORKER_SEND_TASK_EVENTS = env_bool("CELERY_WORKER_SEND_TASK_EVENTS", True)
