@@ -73,6 +73,9 @@ def workers(tmp_path):
     started: list[Worker] = []
 
     def start(broker_url: str, queues: str, **extra_env) -> Worker:
+        # Each fault is one more retry and the backoff doubles (with jitter): cap it so that
+        # recovery fits the tests' waits (uncapped, one QA retry in CI came after 61 s).
+        extra_env.setdefault("TASK_RETRY_BACKOFF_MAX_SECONDS", 4)
         worker = Worker(broker_url, tmp_path, {k: str(v) for k, v in extra_env.items()}, queues)
         started.append(worker)
         worker.start()

@@ -143,9 +143,6 @@ def test_qa_tasks_whose_connection_is_dropped_retry_and_count_once(
         "qa",
         DATABASE_URL=worker_database_url("mkfault_worker"),
         DATABASE_CONN_MAX_AGE=60,
-        # Each dropped connection is one more retry and the backoff doubles (with jitter):
-        # cap it so recovery fits the wait below (an uncapped 61 s retry was seen in CI).
-        TASK_RETRY_BACKOFF_MAX_SECONDS=4,
         **proxy_settings,
     )
     complete_all(collection, ids)
