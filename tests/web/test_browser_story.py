@@ -9,7 +9,6 @@ Screenshots of each main page go to test-artifacts/screenshots/."""
 import hashlib
 import json
 import re
-import shutil
 from decimal import Decimal
 
 import pytest
@@ -28,7 +27,7 @@ from tests.datasets.helpers import put
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
 from tests.web.fleet_helpers import operator_fleet
 from tests.web.test_browser import (  # noqa: F401  (fixtures)
-    CHROMIUM,
+    NEEDS_CHROMIUM,
     assert_every_control_is_labelled,
     browser,
     new_page,
@@ -40,7 +39,7 @@ playwright_sync = pytest.importorskip("playwright.sync_api")
 expect = playwright_sync.expect
 
 pytestmark = [
-    pytest.mark.skipif(not shutil.which(CHROMIUM), reason="needs Debian's chromium package"),
+    NEEDS_CHROMIUM,
     pytest.mark.django_db(transaction=True),
 ]
 
