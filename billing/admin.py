@@ -75,6 +75,14 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
+class StaffActionsReadOnlyAdmin(ReadOnlyAdmin):
+    """Read-only too, but staff get the changelist's actions (Django asks for "change" to
+    show them); every field stays read-only."""
+
+    def has_change_permission(self, request, obj=None):
+        return request.user.is_active and request.user.is_staff
+
+
 class RefundInline(admin.TabularInline):
     model = Refund
     extra = 0
@@ -107,7 +115,7 @@ PAYMENT_CSV = [
 
 
 @admin.register(Payment)
-class PaymentAdmin(ReadOnlyAdmin):
+class PaymentAdmin(StaffActionsReadOnlyAdmin):
     list_display = [
         "id",
         "order",
@@ -124,10 +132,6 @@ class PaymentAdmin(ReadOnlyAdmin):
     search_fields = ["id", "order__id", "organization__name", "stripe_payment_intent_id"]
     inlines = [RefundInline]
     actions = ["refund", "export_payments_csv"]
-
-    def has_change_permission(self, request, obj=None):
-        # The changelist needs "change" for actions; the fields stay read-only.
-        return request.user.is_active and request.user.is_staff
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in Payment._meta.fields]
@@ -192,15 +196,12 @@ class PaymentAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Refund)
-class RefundAdmin(ReadOnlyAdmin):
+class RefundAdmin(StaffActionsReadOnlyAdmin):
     list_display = ["id", "order", "reason", "status", "amount", "currency", "created_at"]
     list_filter = ["status", "reason", "currency"]
     search_fields = ["id", "order__id", "stripe_refund_id", "key"]
     readonly_fields = [f.name for f in Refund._meta.fields]
     actions = ["export_refunds_csv"]
-
-    def has_change_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_staff
 
     @admin.action(description="Export the selected refunds as CSV")
     def export_refunds_csv(self, request, queryset):
@@ -287,7 +288,7 @@ def revenue_summary() -> dict:
 
 
 @admin.register(LedgerEntry)
-class LedgerEntryAdmin(CsvExportMixin, ReadOnlyAdmin):
+class LedgerEntryAdmin(CsvExportMixin, StaffActionsReadOnlyAdmin):
     csv_filename = "ledger"
     csv_url_name = "billing_ledger_export"
     csv_header = LEDGER_CSV
@@ -317,9 +318,6 @@ class LedgerEntryAdmin(CsvExportMixin, ReadOnlyAdmin):
     actions = ["export_ledger_csv"]
     change_list_template = "admin/billing/ledgerentry_change_list.html"
 
-    def has_change_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_staff
-
     def get_urls(self):
         return [
             path(
@@ -347,15 +345,12 @@ class LedgerEntryAdmin(CsvExportMixin, ReadOnlyAdmin):
 
 
 @admin.register(WebhookEvent)
-class WebhookEventAdmin(ReadOnlyAdmin):
+class WebhookEventAdmin(StaffActionsReadOnlyAdmin):
     list_display = ["stripe_event_id", "type", "status", "attempts", "received_at"]
     list_filter = ["status", "type"]
     search_fields = ["stripe_event_id", "raw_body"]
     readonly_fields = [f.name for f in WebhookEvent._meta.fields]
     actions = ["reprocess"]
-
-    def has_change_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_staff
 
     @admin.action(description="Process the selected events again (safe: handlers dedupe)")
     def reprocess(self, request, queryset):
@@ -365,15 +360,12 @@ class WebhookEventAdmin(ReadOnlyAdmin):
 
 
 @admin.register(BillingFlag)
-class BillingFlagAdmin(ReadOnlyAdmin):
+class BillingFlagAdmin(StaffActionsReadOnlyAdmin):
     list_display = ["created_at", "kind", "message", "order", "resolved_at"]
     list_filter = ["kind", ("resolved_at", admin.EmptyFieldListFilter)]
     search_fields = ["message", "order__id"]
     readonly_fields = [f.name for f in BillingFlag._meta.fields]
     actions = ["resolve"]
-
-    def has_change_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_staff
 
     @admin.action(description="Mark the selected flags resolved")
     def resolve(self, request, queryset):
@@ -457,7 +449,7 @@ PAYOUT_CSV = [
 
 
 @admin.register(Payout)
-class PayoutAdmin(CsvExportMixin, ReadOnlyAdmin):
+class PayoutAdmin(CsvExportMixin, StaffActionsReadOnlyAdmin):
     csv_filename = "payouts"
     csv_url_name = "billing_payout_export"
     csv_header = PAYOUT_CSV
@@ -491,9 +483,6 @@ class PayoutAdmin(CsvExportMixin, ReadOnlyAdmin):
     inlines = [FleetPayableInline]
     actions = ["run_payouts", "export_payouts_csv"]
     change_list_template = "admin/billing/payout_change_list.html"
-
-    def has_change_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_staff
 
     def get_urls(self):
         return [
@@ -581,7 +570,7 @@ def payables_summary() -> list[dict]:
 
 
 @admin.register(FleetPayable)
-class FleetPayableAdmin(CsvExportMixin, ReadOnlyAdmin):
+class FleetPayableAdmin(CsvExportMixin, StaffActionsReadOnlyAdmin):
     csv_filename = "fleet-payables"
     csv_url_name = "billing_payables_export"
     csv_header = PAYABLE_CSV
@@ -617,9 +606,6 @@ class FleetPayableAdmin(CsvExportMixin, ReadOnlyAdmin):
     readonly_fields = [f.name for f in FleetPayable._meta.fields]
     actions = ["run_payouts", "export_payables_csv"]
     change_list_template = "admin/billing/fleetpayable_change_list.html"
-
-    def has_change_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_staff
 
     def get_urls(self):
         return [
