@@ -400,37 +400,37 @@ class PilotReviewSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=5000, required=False, default="", allow_blank=True)
 
 
-class PilotApprove(CustomerApi, APIView):
-    permission_classes = [IsAuthenticated, IsCustomer, CanOrder]
+class PilotDecision(CustomerApi, APIView):
+    """Approve (releases the held jobs) or reject (keeps the reason) a pilot delivery."""
 
-    @extend_schema(
+    permission_classes = [IsAuthenticated, IsCustomer, CanOrder]
+    approve: bool
+
+    def post(self, request, pk):
+        serializer = PilotReviewSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        delivery = services.pilot_review(
+            caller=caller_for_request(request),
+            delivery_id=pk,
+            approve=self.approve,
+            reason=serializer.validated_data["reason"],
+        )
+        return Response(DeliverySerializer(delivery).data)
+
+
+@extend_schema_view(
+    post=extend_schema(
         request=PilotReviewSerializer, responses=DeliverySerializer, summary="Approve the pilot"
     )
-    def post(self, request, pk):
-        serializer = PilotReviewSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        delivery = services.pilot_review(
-            caller=caller_for_request(request),
-            delivery_id=pk,
-            approve=True,
-            reason=serializer.validated_data["reason"],
-        )
-        return Response(DeliverySerializer(delivery).data)
+)
+class PilotApprove(PilotDecision):
+    approve = True
 
 
-class PilotReject(CustomerApi, APIView):
-    permission_classes = [IsAuthenticated, IsCustomer, CanOrder]
-
-    @extend_schema(
+@extend_schema_view(
+    post=extend_schema(
         request=PilotReviewSerializer, responses=DeliverySerializer, summary="Reject the pilot"
     )
-    def post(self, request, pk):
-        serializer = PilotReviewSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        delivery = services.pilot_review(
-            caller=caller_for_request(request),
-            delivery_id=pk,
-            approve=False,
-            reason=serializer.validated_data["reason"],
-        )
-        return Response(DeliverySerializer(delivery).data)
+)
+class PilotReject(PilotDecision):
+    approve = False
