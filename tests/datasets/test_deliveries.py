@@ -1,9 +1,13 @@
 """Deliveries end to end against the local S3 server: assembly, loading, links, pilot review."""
 
 import hashlib
+import json
+import threading
 import time
 import urllib.request
+from contextlib import contextmanager
 from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.error import HTTPError
 
 import numpy as np
@@ -89,8 +93,6 @@ def test_the_delivered_dataset_loads_like_lerobot_and_round_trips(delivered, cus
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
         if entry["path"] == "manifest.json":
-            import json
-
             manifest = json.loads(data)
     # then: manifest sha256 values match the bytes in S3
     for entry in manifest["files"]:
@@ -249,15 +251,9 @@ def test_cancelling_or_revoking_deletes_no_episode_or_delivery(delivered, custom
     assert Organization.objects.filter(pk=customer.organization.pk).exists()
 
 
-def test_a_customer_webhook_hears_delivery_ready_signed(
-    fleet_operator, customer, settings, django_capture_on_commit_callbacks
-):
-    import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from fleets.webhooks import verify_signature
-
+@contextmanager
+def webhook_receiver():
+    """A loopback HTTP server answering 200 to every POST; yields (url, [(headers, body)])."""
     received = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -274,9 +270,20 @@ def test_a_customer_webhook_hears_delivery_ready_signed(
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/hook", received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_customer_webhook_hears_delivery_ready_signed(
+    fleet_operator, customer, settings, django_capture_on_commit_callbacks
+):
+    from fleets.webhooks import verify_signature
+
+    with webhook_receiver() as (url, received):
         # given: the customer's owner sets a webhook (a secret comes back once)
         settings.CUSTOMER_WEBHOOK_ALLOW_INSECURE = True
-        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
         answer = customer.client.put(
             "/api/v1/organization/webhook", {"url": url}, format="json"
         ).json()
@@ -289,9 +296,6 @@ def test_a_customer_webhook_hears_delivery_ready_signed(
                 parquet_bytes(episode_table(frames=600, seed=seed)),
                 django_capture_on_commit_callbacks,
             )
-    finally:
-        server.shutdown()
-        server.server_close()
     # then: one signed delivery.ready event
     [(headers, body)] = received
     assert headers["X-Marketplace-Event"] == "delivery.ready"
@@ -349,28 +353,11 @@ def test_a_ready_email_lost_with_the_broker_is_sent_by_the_sweep_once(delivered,
 
 
 def test_a_customer_webhook_never_tried_is_sent_by_the_sweep(delivered, customer, settings):
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     from datasets.tasks import delivery_sweep
 
-    received = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
-            received.append(self.rfile.read(int(self.headers["Content-Length"])))
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with webhook_receiver() as (url, received):
         # given: the organization has a webhook, and the delivery's webhook task never ran
         settings.CUSTOMER_WEBHOOK_ALLOW_INSECURE = True
-        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
         assert (
             customer.client.put(
                 "/api/v1/organization/webhook", {"url": url}, format="json"
@@ -382,9 +369,6 @@ def test_a_customer_webhook_never_tried_is_sent_by_the_sweep(delivered, customer
         _backdate_ready(delivery, 3600)
         # when: beat runs the sweep twice
         queued = [delivery_sweep(), delivery_sweep()]
-    finally:
-        server.shutdown()
-        server.server_close()
     # then: delivery.ready reaches the customer once
     assert queued == [1, 0]
-    assert len(received) == 1 and str(delivery.id).encode() in received[0]
+    assert len(received) == 1 and str(delivery.id).encode() in received[0][1]
