@@ -93,9 +93,14 @@ def _watch_a_task(worker: Worker, tmp_path: Path) -> dict:
     flower = Flower(worker.env, tmp_path / "flower.log")
     try:
         wait_for(flower.reachable, 60, "Flower to listen")
-        # Flower lists a worker once it has answered a broadcast inspect.
+        # Flower lists a worker once it has answered a broadcast inspect; each inspect reply
+        # (active_queues among them) can arrive in a later round on a slow machine.
         workers = wait_for(
-            lambda: {name: info for name, info in flower.get("/api/workers").items() if info},
+            lambda: {
+                name: info
+                for name, info in flower.get("/api/workers").items()
+                if info and "active_queues" in info
+            },
             60,
             "Flower to see the worker",
             step=1,
