@@ -46,6 +46,7 @@ flower: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
 test: lint

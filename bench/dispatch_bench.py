@@ -1,4 +1,4 @@
-"""Dispatch benchmark: the real dispatcher (fleets.services.job_dispatch) on PostgreSQL.
+"""Dispatch benchmark: the real dispatcher (fleets.services.dispatch.job_dispatch) on PostgreSQL.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/mk_fleets_bench \\
         .venv/bin/python bench/dispatch_bench.py [--jobs 10000 --fleets 1000]
@@ -42,10 +42,15 @@ django.setup()
 from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from fleets import services  # noqa: E402
+from fleets import selectors  # noqa: E402
 from fleets.models import Fleet, Job, Robot, Site  # noqa: E402
+from fleets.services.dispatch import job_dispatch  # noqa: E402
+from fleets.services.planning import order_plan  # noqa: E402
 from marketplace.models import Organization  # noqa: E402
 from orders.models import ComplexityLevel, Embodiment, Order, RateCard, TaskType  # noqa: E402
+
+# Tasks are not published: planning and dispatch are measured, not the broker.
+NO_QUEUEING = mock.patch("marketplace.queueing.enqueue_or_leave_to_sweeper")
 
 EMBODIMENTS = ["franka-fr3", "ur5e", "so100"]
 SENSORS = ["wrist-camera", "rgbd-camera", "force-torque", "tactile"]
@@ -118,9 +123,9 @@ def build(*, jobs: int, fleets: int, weekly: tuple[float, float], seed: int):
             for _ in range(jobs // ENVIRONMENTS)
         ]
     )
-    with mock.patch.object(services, "_enqueue"):  # plan only; dispatch is measured below
+    with NO_QUEUEING:  # plan only; dispatch is measured below
         for order in orders:
-            services.order_plan(order_id=order.id)
+            order_plan(order_id=order.id)
     return orders, [f.pk for f in fleet_rows]
 
 
@@ -137,17 +142,17 @@ def dispatch_all(orders: list[Order]) -> dict:
         queries[0] += 1
         return execute(sql, params, many, context)
 
-    with mock.patch.object(services, "_enqueue"), connection.execute_wrapper(count):
+    with NO_QUEUEING, connection.execute_wrapper(count):
         started = time.perf_counter()
         for job_id in job_ids:
-            outcome = services.job_dispatch(job_id=job_id).outcome
+            outcome = job_dispatch(job_id=job_id).outcome
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
         elapsed = time.perf_counter() - started
     jobs = Job.objects.filter(order__in=orders)
     demanded = sum(j.target_hours for j in jobs)
     now, deadline = timezone.now(), jobs.first().deadline
     capacity = sum(
-        services.selectors.capacity_until(fleet, deadline, now)
+        selectors.capacity_until(fleet, deadline, now)
         for fleet in Fleet.objects.filter(status=Fleet.Status.ACTIVE)
     )
     placed = sum(j.target_hours for j in jobs.filter(status=Job.Status.OFFERED))
@@ -202,10 +207,7 @@ def optimum(orders: list[Order]) -> float:
     for row, k in rows_div_entries:
         rows_div[row, k] = 1
     caps = np.array(
-        [
-            float(services.selectors.capacity_until(fleet_obj[pk], jobs[0].deadline, now))
-            for pk in fleets
-        ]
+        [float(selectors.capacity_until(fleet_obj[pk], jobs[0].deadline, now)) for pk in fleets]
     )
     constraints = [
         LinearConstraint(rows_job.tocsr(), -np.inf, 1),

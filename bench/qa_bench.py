@@ -41,7 +41,7 @@ def main() -> int:
 
     from datasets import storage
     from datasets.episode_format import episode_table, parquet_bytes, sha256
-    from datasets.qa import EpisodeExpectation, check_stored_episode
+    from datasets.qa_checks import EpisodeExpectation, check_stored_episode
     from local_s3 import launcher
 
     with tempfile.TemporaryDirectory() as tmp, launcher.running(Path(tmp)) as s3:

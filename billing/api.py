@@ -6,8 +6,8 @@ from rest_framework import generics, serializers, status
 from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.response import Response
 
-from billing import services
 from billing.models import Payment
+from billing.services.payments import PAYING_ROLES, payment_start
 from marketplace.errors import NotFound
 from marketplace.idempotency import idempotent_response
 from marketplace.permissions import IsCustomer
@@ -17,14 +17,14 @@ from orders.models import Order
 
 
 class CanPay(BasePermission):
-    """`services.PAYING_ROLES` may pay; everyone in the organization may read."""
+    """`PAYING_ROLES` may pay; everyone in the organization may read."""
 
     message = "Your role in this organization cannot pay orders."
 
     def has_permission(self, request, view) -> bool:
         if request.method in ("GET", "HEAD", "OPTIONS"):
             return True
-        return caller_for_request(request).has_role(*services.PAYING_ROLES)
+        return caller_for_request(request).has_role(*PAYING_ROLES)
 
 
 class PaymentSerializer(serializers.ModelSerializer):
@@ -124,7 +124,7 @@ class OrderPayments(generics.ListAPIView):
         serializer.is_valid(raise_exception=True)
 
         def pay() -> Response:
-            payment, created = services.payment_start(
+            payment, created = payment_start(
                 caller=caller, order_id=pk, method=serializer.validated_data["method"]
             )
             return Response(

@@ -1,4 +1,5 @@
-"""Posting to the double-entry ledger. Called only from billing.services."""
+"""The double-entry ledger: `ledger_post` and the postings billing makes (charges, refunds,
+fleet payables, payouts). Called only from billing.services."""
 
 from collections import defaultdict
 from dataclasses import dataclass
@@ -7,7 +8,16 @@ from decimal import Decimal
 from django.db import IntegrityError, transaction
 from django.db.models import Sum
 
-from billing.models import LedgerAccount, LedgerEntry, LedgerTransaction
+from billing.models import (
+    FleetPayable,
+    LedgerAccount,
+    LedgerEntry,
+    LedgerTransaction,
+    Payment,
+    Payout,
+    Refund,
+)
+from fleets.models import Fleet
 
 
 @dataclass(frozen=True)
@@ -62,3 +72,72 @@ def balances(**filters) -> dict[tuple[str, str], Decimal]:
         .order_by()
     )
     return {(row["account"], row["currency"]): row["total"] for row in rows}
+
+
+# --- The postings ------------------------------------------------------------------------------
+
+
+def post_charge(payment: Payment) -> None:
+    ledger_post(
+        key=f"charge:{payment.id}",
+        kind=LedgerTransaction.Kind.CHARGE,
+        memo=f"Charge for order {payment.order_id}",
+        legs=[
+            Leg(LedgerAccount.STRIPE_BALANCE, payment.amount, payment.currency),
+            Leg(LedgerAccount.CUSTOMER_FUNDS, -payment.amount, payment.currency),
+        ],
+        order_id=payment.order_id,
+        organization_id=payment.organization_id,
+        payment=payment,
+    )
+
+
+def post_refund(refund: Refund) -> None:
+    ledger_post(
+        key=f"refund:{refund.id}",
+        kind=LedgerTransaction.Kind.REFUND,
+        memo=f"Refund ({refund.reason}) for order {refund.order_id}",
+        legs=[
+            Leg(LedgerAccount.CUSTOMER_FUNDS, refund.amount, refund.currency),
+            Leg(LedgerAccount.STRIPE_BALANCE, -refund.amount, refund.currency),
+        ],
+        order_id=refund.order_id,
+        organization_id=refund.payment.organization_id,
+        payment_id=refund.payment_id,
+        refund=refund,
+    )
+
+
+def post_payable(payable: FleetPayable, fleet: Fleet) -> None:
+    ledger_post(
+        key=f"payable:{payable.job_id}",
+        kind=LedgerTransaction.Kind.PAYABLE,
+        memo=f"Fleet {fleet.name}: {payable.accepted_seconds} s accepted on order "
+        f"{payable.order_id} at {payable.rate_per_hour}/h",
+        legs=[
+            Leg(LedgerAccount.CUSTOMER_FUNDS, payable.customer_amount, payable.currency),
+            Leg(LedgerAccount.FLEET_PAYABLE, -payable.amount, payable.currency),
+            Leg(
+                LedgerAccount.PLATFORM_REVENUE,
+                payable.amount - payable.customer_amount,
+                payable.currency,
+            ),
+        ],
+        order_id=payable.order_id,
+        organization_id=fleet.organization_id,
+        fleet=fleet,
+    )
+
+
+def post_payout(payout: Payout) -> None:
+    ledger_post(
+        key=f"payout:{payout.id}",
+        kind=LedgerTransaction.Kind.PAYOUT,
+        memo=f"Transfer {payout.stripe_transfer_id} to {payout.stripe_account_id}",
+        legs=[
+            Leg(LedgerAccount.FLEET_PAYABLE, payout.amount, payout.currency),
+            Leg(LedgerAccount.STRIPE_BALANCE, -payout.amount, payout.currency),
+        ],
+        organization_id=payout.fleet.organization_id,
+        fleet_id=payout.fleet_id,
+    )

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import models
 
 from fleets.models import Fleet, Job
+from marketplace.audit import AppendOnlyModel
 from marketplace.models import Organization
 from orders.models import Order
 
@@ -99,6 +100,17 @@ class Payment(models.Model):
         if self.status != self.Status.SUCCEEDED:
             return Decimal("0")
         return self.amount - self.amount_refunded
+
+
+# The payment state machine: the only moves billing.services.payments.payment_move allows.
+# A canceled attempt can still succeed (money Stripe took after we stopped waiting).
+_P = Payment.Status
+PAYMENT_TRANSITIONS: dict[str, frozenset[str]] = {
+    _P.REQUIRES_PAYMENT: frozenset({_P.SUCCEEDED, _P.REVIEW, _P.CANCELED}),
+    _P.CANCELED: frozenset({_P.SUCCEEDED, _P.REVIEW}),
+    _P.SUCCEEDED: frozenset(),
+    _P.REVIEW: frozenset(),
+}
 
 
 class Refund(models.Model):
@@ -206,7 +218,7 @@ class LedgerTransaction(models.Model):
         return f"{self.kind} {self.key}"
 
 
-class LedgerEntry(models.Model):
+class LedgerEntry(AppendOnlyModel):
     """One leg of a transaction. Append-only."""
 
     transaction = models.ForeignKey(
@@ -246,14 +258,6 @@ class LedgerEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.account} {self.amount} {self.currency}"
-
-    def save(self, *args, **kwargs):
-        if self.pk is not None:
-            raise ValueError("Ledger entries are append-only.")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise ValueError("Ledger entries are append-only.")
 
 
 class BillingFlag(models.Model):

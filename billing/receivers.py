@@ -1,5 +1,6 @@
 """Reactions to orders' signals. Thin: each only enqueues a billing task."""
 
+from billing import tasks
 from marketplace.queueing import enqueue_or_leave_to_sweeper
 from orders import signals
 
@@ -8,14 +9,10 @@ from orders import signals
 
 
 def on_order_cancelled(sender, order_id, **kwargs) -> None:
-    from billing import tasks
-
     enqueue_or_leave_to_sweeper(tasks.order_cancellation_refund, str(order_id))
 
 
 def on_order_delivered(sender, order_id, **kwargs) -> None:
-    from billing import tasks
-
     enqueue_or_leave_to_sweeper(tasks.order_trueup, str(order_id))
     enqueue_or_leave_to_sweeper(tasks.order_fleet_payables, str(order_id))
 

@@ -5,7 +5,15 @@ from decimal import Decimal
 
 from django.db.models import Count, Q, QuerySet, Sum
 
-from billing.models import FleetPayable, Payment, Payout
+from billing.models import (
+    BillingFlag,
+    FleetPayable,
+    FleetPayoutAccount,
+    LedgerEntry,
+    Payment,
+    Payout,
+    Refund,
+)
 from marketplace.models import Organization
 from orders.models import Order
 from orders.pricing import quantize_money
@@ -90,3 +98,81 @@ def fleet_earnings(*, organization: Organization) -> FleetEarnings:
             for row in totals
         ],
     )
+
+
+def revenue_summary() -> dict:
+    """Money per currency from the ledger; refunds and payments by status."""
+    rows = (
+        LedgerEntry.objects.values("currency")
+        .annotate(
+            charged=Sum(
+                "amount",
+                filter=Q(transaction__kind="charge", account="stripe_balance"),
+            ),
+            refunded=Sum("amount", filter=Q(transaction__kind="refund", account="customer_funds")),
+            disputed=Sum("amount", filter=Q(account="disputes")),
+            cash=Sum("amount", filter=Q(account="stripe_balance")),
+            held=Sum("amount", filter=Q(account="customer_funds")),
+            payable=Sum("amount", filter=Q(account="fleet_payable")),
+            margin=Sum("amount", filter=Q(account="platform_revenue")),
+            total=Sum("amount"),
+        )
+        .order_by("currency")
+    )
+    zero = Decimal("0")
+    currencies = [
+        {
+            "currency": row["currency"],
+            "charged": row["charged"] or zero,
+            "refunded": row["refunded"] or zero,
+            "net": (row["charged"] or zero) - (row["refunded"] or zero),
+            "disputed": row["disputed"] or zero,
+            "cash": row["cash"] or zero,
+            "held": -(row["held"] or zero),
+            "payable": -(row["payable"] or zero),
+            "margin": -(row["margin"] or zero),
+            "balanced": (row["total"] or zero) == 0,
+        }
+        for row in rows
+    ]
+    return {
+        "currencies": currencies,
+        "payments": dict(
+            Payment.objects.values_list("status").annotate(n=Count("id")).order_by("status")
+        ),
+        "pending_refunds": Refund.objects.filter(status=Refund.Status.PENDING).count(),
+        "open_flags": BillingFlag.objects.filter(resolved_at__isnull=True).count(),
+    }
+
+
+def payables_summary() -> list[dict]:
+    """Per fleet and currency: earned, paid, in pending payouts, unpaid, platform margin."""
+    zero = Decimal("0")
+    rows = (
+        FleetPayable.objects.values("fleet_id", "fleet__name", "currency")
+        .annotate(
+            jobs=Count("id"),
+            earned=Sum("amount"),
+            customer=Sum("customer_amount"),
+            paid=Sum("amount", filter=Q(payout__status=Payout.Status.PAID)),
+            pending=Sum("amount", filter=Q(payout__status=Payout.Status.PENDING)),
+            unpaid=Sum("amount", filter=Q(payout__isnull=True)),
+        )
+        .order_by("fleet__name", "currency")
+    )
+    accounts = dict(FleetPayoutAccount.objects.values_list("fleet_id", "stripe_account_id"))
+    return [
+        {
+            "fleet_id": row["fleet_id"],
+            "fleet": row["fleet__name"],
+            "currency": row["currency"],
+            "jobs": row["jobs"],
+            "earned": row["earned"] or zero,
+            "paid": row["paid"] or zero,
+            "pending": row["pending"] or zero,
+            "unpaid": row["unpaid"] or zero,
+            "margin": (row["customer"] or zero) - (row["earned"] or zero),
+            "account": accounts.get(row["fleet_id"], ""),
+        }
+        for row in rows
+    ]

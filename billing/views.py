@@ -7,7 +7,7 @@ from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from billing import services
+from billing.services.stripe_events import webhook_event_record
 from billing.stripe_gateway import WebhookSignatureInvalid
 from marketplace.errors import error_body
 
@@ -30,7 +30,7 @@ def stripe_webhook(request):
     if len(body) > MAX_BODY_BYTES:
         return JsonResponse(error_body("too_large", "Event too large."), status=400)
     try:
-        event, created = services.webhook_event_record(
+        event, created = webhook_event_record(
             payload=body, signature_header=request.headers.get("Stripe-Signature")
         )
     except WebhookSignatureInvalid as exc:

@@ -11,8 +11,9 @@ from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
-from billing import selectors, services
+from billing import selectors
 from billing.models import Payment
+from billing.services.payments import PAYING_ROLES, payment_start, payments_enabled
 from fleets.views import fleet_page
 from marketplace.errors import NotFound, ServiceError
 from marketplace.models import Organization
@@ -20,14 +21,14 @@ from marketplace.views import organization_page, render_page
 from orders.models import Order
 from orders.selectors import order_list
 
-CAN_PAY = services.PAYING_ROLES
+CAN_PAY = PAYING_ROLES
 RETURN_STATES = ("success", "cancelled")
 
 
 def order_payment_section(request, order) -> dict | None:
     """ORDER_PAGE_SECTIONS entry for the payment slot; None (the order page's own staff-marked
     message) while online payment is not configured."""
-    if not services.payments_enabled():
+    if not payments_enabled():
         return None
     returned = request.GET.get("payment", "")
     return {
@@ -49,7 +50,7 @@ def order_pay_page(request, pk):
     if not order_list(organization=request.caller.organization).filter(pk=pk).exists():
         raise Http404("Order not found.")
     try:
-        payment, _ = services.payment_start(
+        payment, _ = payment_start(
             caller=request.caller, order_id=pk, method=Payment.Method.CHECKOUT
         )
     except NotFound as exc:

@@ -1,7 +1,7 @@
 from django.contrib import admin, messages
 
-from datasets import services
 from datasets.models import Delivery, DeliveryFile, DownloadEvent, Episode
+from datasets.services.downloads import delivery_revoke
 
 
 @admin.register(Episode)
@@ -56,7 +56,7 @@ class DeliveryAdmin(admin.ModelAdmin):
     @admin.action(description="Revoke selected deliveries (no new download links)")
     def revoke(self, request, queryset):
         for delivery in queryset:
-            services.delivery_revoke(
+            delivery_revoke(
                 delivery_id=delivery.pk, staff_label=f"staff:{request.user.get_username()}"
             )
         self.message_user(request, f"Revoked {queryset.count()} deliveries.", messages.SUCCESS)

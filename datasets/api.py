@@ -7,13 +7,21 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from datasets import selectors, services
+from datasets import selectors
 from datasets.models import Delivery, DeliveryFile, Episode
-from fleets.api import FleetApi
+from datasets.services.deliveries import pilot_review
+from datasets.services.downloads import delivery_download_link, delivery_revoke
+from datasets.services.episodes import (
+    EpisodeRegistration,
+    UploadInstructions,
+    episode_complete,
+    episode_register,
+    episode_renew_upload,
+)
 from fleets.models import Job
 from marketplace.errors import NotFound
 from marketplace.idempotency import idempotent_response
-from marketplace.permissions import CanOrder, IsCustomer, IsOrganizationOwner
+from marketplace.permissions import CanOrder, FleetOperatorApi, IsCustomer, IsOrganizationOwner
 from marketplace.tenancy import caller_for_request
 from marketplace.throttling import CallerRateThrottle
 from orders.selectors import order_list
@@ -34,9 +42,9 @@ class EpisodeRegisterSerializer(serializers.Serializer):
         child=serializers.CharField(max_length=100), required=False, default=list, max_length=50
     )
 
-    def to_registration(self) -> services.EpisodeRegistration:
+    def to_registration(self) -> EpisodeRegistration:
         data = self.validated_data
-        return services.EpisodeRegistration(
+        return EpisodeRegistration(
             site_id=data["site"],
             robot_id=data["robot"],
             operator=data["operator"],
@@ -115,7 +123,7 @@ class EpisodeRegisteredSerializer(EpisodeSerializer):
         read_only_fields = fields
 
 
-def _upload_json(instructions: services.UploadInstructions) -> dict:
+def _upload_json(instructions: UploadInstructions) -> dict:
     return UploadSerializer(
         {
             "method": instructions.method,
@@ -142,7 +150,7 @@ def _upload_json(instructions: services.UploadInstructions) -> dict:
         ],
     ),
 )
-class JobEpisodeListCreate(FleetApi, generics.ListAPIView):
+class JobEpisodeListCreate(FleetOperatorApi, generics.ListAPIView):
     serializer_class = EpisodeSerializer
 
     def get_queryset(self):
@@ -164,7 +172,7 @@ class JobEpisodeListCreate(FleetApi, generics.ListAPIView):
         def register() -> Response:
             serializer = EpisodeRegisterSerializer(data=request.data)
             serializer.is_valid(raise_exception=True)
-            episode, instructions = services.episode_register(
+            episode, instructions = episode_register(
                 organization=organization, job_id=job_id, registration=serializer.to_registration()
             )
             body = EpisodeSerializer(episode).data | {"upload": _upload_json(instructions)}
@@ -178,19 +186,19 @@ class JobEpisodeListCreate(FleetApi, generics.ListAPIView):
         )
 
 
-class EpisodeDetail(FleetApi, generics.RetrieveAPIView):
+class EpisodeDetail(FleetOperatorApi, generics.RetrieveAPIView):
     serializer_class = EpisodeSerializer
 
     def get_queryset(self):
         return selectors.episodes_of_fleet(organization=self.organization)
 
 
-class EpisodeRenewUpload(FleetApi, APIView):
+class EpisodeRenewUpload(FleetOperatorApi, APIView):
     @extend_schema(
         request=None, responses=UploadSerializer, summary="New upload URL(s) to a fresh key"
     )
     def post(self, request, pk):
-        instructions = services.episode_renew_upload(organization=self.organization, episode_id=pk)
+        instructions = episode_renew_upload(organization=self.organization, episode_id=pk)
         return Response(_upload_json(instructions))
 
 
@@ -203,7 +211,7 @@ class EpisodeCompleteSerializer(serializers.Serializer):
     parts = CompletedPartSerializer(many=True, required=False, max_length=10000)
 
 
-class EpisodeComplete(FleetApi, APIView):
+class EpisodeComplete(FleetOperatorApi, APIView):
     @extend_schema(
         request=EpisodeCompleteSerializer,
         responses=EpisodeSerializer,
@@ -212,7 +220,7 @@ class EpisodeComplete(FleetApi, APIView):
     def post(self, request, pk):
         serializer = EpisodeCompleteSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        episode = services.episode_complete(
+        episode = episode_complete(
             organization=self.organization,
             episode_id=pk,
             parts=serializer.validated_data.get("parts"),
@@ -375,7 +383,7 @@ class DeliveryDownload(CustomerApi, APIView):
     )
     def get(self, request, pk):
         caller = caller_for_request(request)
-        link = services.delivery_download_link(
+        link = delivery_download_link(
             caller=caller,
             delivery_id=pk,
             path=request.query_params.get("path", "manifest.json"),
@@ -392,7 +400,7 @@ class DeliveryRevoke(CustomerApi, APIView):
 
     @extend_schema(request=None, responses=DeliverySerializer, summary="Stop issuing links at once")
     def post(self, request, pk):
-        delivery = services.delivery_revoke(delivery_id=pk, caller=caller_for_request(request))
+        delivery = delivery_revoke(delivery_id=pk, caller=caller_for_request(request))
         return Response(DeliverySerializer(delivery).data)
 
 
@@ -409,7 +417,7 @@ class PilotDecision(CustomerApi, APIView):
     def post(self, request, pk):
         serializer = PilotReviewSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        delivery = services.pilot_review(
+        delivery = pilot_review(
             caller=caller_for_request(request),
             delivery_id=pk,
             approve=self.approve,

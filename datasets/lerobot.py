@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from datasets.qa import ACTION, FRAME_INDEX, STATE
+from datasets.qa_checks import ACTION, FRAME_INDEX, STATE
 
 CODEBASE_VERSION = "v3.0"
 CHUNKS_SIZE = 1000

@@ -133,6 +133,16 @@ class Delivery(models.Model):
         return self.revoked_at is not None
 
 
+# The delivery state machine: the only moves datasets.services.deliveries.delivery_move
+# allows. Revocation and the pilot review are separate fields, not states.
+_D = Delivery.Status
+DELIVERY_TRANSITIONS: dict[str, frozenset[str]] = {
+    _D.ASSEMBLING: frozenset({_D.READY, _D.FAILED}),
+    _D.READY: frozenset(),
+    _D.FAILED: frozenset(),
+}
+
+
 class DeliveryFile(models.Model):
     delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="files")
     path = models.CharField(max_length=300)  # relative to the delivery's prefix

@@ -46,32 +46,7 @@ def order_coverage(*, order: Order) -> Coverage:
     """
     episodes = Episode.objects.filter(order=order)
     accepted = episodes.filter(status=Episode.Status.ACCEPTED)
-
-    by_site = (
-        accepted.values("site_id", "site__name", "site__kind")
-        .annotate(seconds=Sum("duration_seconds"), count=Count("id"))
-        .order_by("site__name")
-    )
-    # Target hours per environment come from the jobs planned for it.
-    planned = {
-        row["site_id"]: row["target"]
-        for row in Job.objects.filter(order=order)
-        .exclude(status=Job.Status.CANCELLED)
-        .exclude(site_id=None)
-        .values("site_id")
-        .annotate(target=Sum("target_hours"))
-    }
-    environments = [
-        {
-            "site": str(row["site_id"]),
-            "site_name": row["site__name"],
-            "site_kind": row["site__kind"],
-            "accepted_hours": _hours(row["seconds"]),
-            "target_hours": planned.get(row["site_id"]),
-            "episodes": row["count"],
-        }
-        for row in by_site
-    ]
+    environments = _environments(order, accepted)
     kinds: dict[str, dict] = {}
     for environment in environments:
         kind = kinds.setdefault(
@@ -80,43 +55,9 @@ def order_coverage(*, order: Order) -> Coverage:
         )
         kind["accepted_hours"] += environment["accepted_hours"]
         kind["sites"] += 1
-
     objects = sorted(
         {name for names in accepted.values_list("objects_handled", flat=True) for name in names}
     )
-
-    per_operator = (
-        episodes.exclude(status=Episode.Status.REGISTERED)
-        .exclude(status=Episode.Status.UPLOADED)
-        .values("operator")
-        .annotate(
-            decided=Count("id"),
-            accepted=Count("id", filter=Q(status=Episode.Status.ACCEPTED)),
-            succeeded=Count("id", filter=Q(status=Episode.Status.ACCEPTED, success=True)),
-            seconds=Sum("duration_seconds", filter=Q(status=Episode.Status.ACCEPTED)),
-            mean_seconds=Avg("duration_seconds", filter=Q(status=Episode.Status.ACCEPTED)),
-        )
-        .order_by("operator")
-    )
-    operators = [
-        {
-            "operator": row["operator"],
-            "episodes_checked": row["decided"],
-            "episodes_accepted": row["accepted"],
-            "acceptance_rate": round(row["accepted"] / row["decided"], 4),
-            "success_rate": round(row["succeeded"] / row["accepted"], 4)
-            if row["accepted"]
-            else None,
-            "accepted_hours": _hours(row["seconds"]),
-            "mean_episode_seconds": (
-                Decimal(row["mean_seconds"]).quantize(Decimal("0.1"))
-                if row["mean_seconds"]
-                else None
-            ),
-        }
-        for row in per_operator
-    ]
-
     counts = episodes.aggregate(
         registered=Count("id", filter=Q(status=Episode.Status.REGISTERED)),
         uploaded=Count("id", filter=Q(status=Episode.Status.UPLOADED)),
@@ -139,11 +80,75 @@ def order_coverage(*, order: Order) -> Coverage:
         environments=environments,
         site_kinds=sorted(kinds.values(), key=lambda k: k["site_kind"]),
         objects=objects,
-        operators=operators,
+        operators=_operators(episodes),
         episodes=counts,
         qa_rejections=dict(sorted(reasons.items())),
         success_rate=round(succeeded / counts["accepted"], 4) if counts["accepted"] else None,
     )
+
+
+def _environments(order: Order, accepted) -> list[dict]:
+    """Accepted hours per site, beside the hours planned for it."""
+    by_site = (
+        accepted.values("site_id", "site__name", "site__kind")
+        .annotate(seconds=Sum("duration_seconds"), count=Count("id"))
+        .order_by("site__name")
+    )
+    # Target hours per environment come from the jobs planned for it.
+    planned = {
+        row["site_id"]: row["target"]
+        for row in Job.objects.filter(order=order)
+        .exclude(status=Job.Status.CANCELLED)
+        .exclude(site_id=None)
+        .values("site_id")
+        .annotate(target=Sum("target_hours"))
+    }
+    return [
+        {
+            "site": str(row["site_id"]),
+            "site_name": row["site__name"],
+            "site_kind": row["site__kind"],
+            "accepted_hours": _hours(row["seconds"]),
+            "target_hours": planned.get(row["site_id"]),
+            "episodes": row["count"],
+        }
+        for row in by_site
+    ]
+
+
+def _operators(episodes) -> list[dict]:
+    """Per operator pseudonym: decided, accepted and successful episodes, hours, mean length."""
+    per_operator = (
+        episodes.exclude(status=Episode.Status.REGISTERED)
+        .exclude(status=Episode.Status.UPLOADED)
+        .values("operator")
+        .annotate(
+            decided=Count("id"),
+            accepted=Count("id", filter=Q(status=Episode.Status.ACCEPTED)),
+            succeeded=Count("id", filter=Q(status=Episode.Status.ACCEPTED, success=True)),
+            seconds=Sum("duration_seconds", filter=Q(status=Episode.Status.ACCEPTED)),
+            mean_seconds=Avg("duration_seconds", filter=Q(status=Episode.Status.ACCEPTED)),
+        )
+        .order_by("operator")
+    )
+    return [
+        {
+            "operator": row["operator"],
+            "episodes_checked": row["decided"],
+            "episodes_accepted": row["accepted"],
+            "acceptance_rate": round(row["accepted"] / row["decided"], 4),
+            "success_rate": round(row["succeeded"] / row["accepted"], 4)
+            if row["accepted"]
+            else None,
+            "accepted_hours": _hours(row["seconds"]),
+            "mean_episode_seconds": (
+                Decimal(row["mean_seconds"]).quantize(Decimal("0.1"))
+                if row["mean_seconds"]
+                else None
+            ),
+        }
+        for row in per_operator
+    ]
 
 
 def order_environment_hours(order: Order) -> list[Decimal]:

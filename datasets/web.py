@@ -6,8 +6,10 @@ from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 
-from datasets import selectors, services
+from datasets import selectors
 from datasets.models import Delivery, Episode
+from datasets.services.deliveries import pilot_review
+from datasets.services.downloads import delivery_download_link, delivery_revoke
 from marketplace.errors import NotFound, ServiceError
 from marketplace.models import Membership, Organization
 from marketplace.views import organization_page
@@ -44,7 +46,7 @@ def job_episodes(request, job) -> dict:
 def delivery_download_page(request, pk):
     """Redirect to a freshly signed link (recorded), or back to the order with the reason."""
     try:
-        link = services.delivery_download_link(
+        link = delivery_download_link(
             caller=request.caller,
             delivery_id=pk,
             path=request.GET.get("path", "manifest.json"),
@@ -66,7 +68,7 @@ def delivery_download_page(request, pk):
 def pilot_review_page(request, pk):
     approve = request.POST.get("decision") == "approve"
     try:
-        services.pilot_review(
+        pilot_review(
             caller=request.caller,
             delivery_id=pk,
             approve=approve,
@@ -90,7 +92,7 @@ def pilot_review_page(request, pk):
 @organization_page(kind=CUSTOMER, roles=(Membership.Role.OWNER,))
 def delivery_revoke_page(request, pk):
     try:
-        services.delivery_revoke(delivery_id=pk, caller=request.caller)
+        delivery_revoke(delivery_id=pk, caller=request.caller)
     except NotFound as exc:
         raise Http404(exc.message) from exc
     messages.success(request, "Delivery revoked: no new download links will be issued.")

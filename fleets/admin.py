@@ -3,7 +3,6 @@
 from django.contrib import admin, messages
 from django.utils import timezone
 
-from fleets import services
 from fleets.models import (
     Assignment,
     Bid,
@@ -15,6 +14,8 @@ from fleets.models import (
     Site,
     WebhookDelivery,
 )
+from fleets.services.jobs import job_redispatch
+from fleets.services.sweep import offer_expire
 from marketplace.admin import URL_FIELDS_ASSUME_HTTPS
 from marketplace.errors import ServiceError
 
@@ -120,7 +121,7 @@ class JobAdmin(admin.ModelAdmin):
         done = 0
         for job in queryset:
             try:
-                services.job_redispatch(job_id=job.pk, actor_label=f"staff:{request.user}")
+                job_redispatch(job_id=job.pk, actor_label=f"staff:{request.user}")
                 done += 1
             except ServiceError as exc:
                 self.message_user(request, f"{job}: {exc.message}", messages.WARNING)
@@ -149,7 +150,7 @@ class OfferAdmin(admin.ModelAdmin):
 
     @admin.action(description="Expire selected past-due offers and dispatch their jobs")
     def expire_now(self, request, queryset):
-        done = sum(services.offer_expire(offer_id=offer.pk) for offer in queryset)
+        done = sum(offer_expire(offer_id=offer.pk) for offer in queryset)
         self.message_user(request, f"{done} offer(s) expired.")
 
 

@@ -9,40 +9,29 @@ from decimal import Decimal
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers, status
-from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from fleets import selectors, services
+from fleets import selectors
 from fleets.models import Bid, EndEffector, Fleet, Job, Offer, Robot, Site, SiteKind
+from fleets.services.dispatch import bid_place, offer_accept, offer_decline
+from fleets.services.jobs import job_report_progress
+from fleets.services.registry import (
+    fleet_create,
+    fleet_heartbeat,
+    fleet_rotate_secret,
+    fleet_update,
+    robot_create,
+    robot_update,
+    site_create,
+    site_update,
+    validate_webhook_url,
+)
 from marketplace.errors import ServiceError
-from marketplace.models import Membership
-from marketplace.permissions import IsFleetOperator
-from marketplace.tenancy import caller_for_request
-from marketplace.throttling import CallerRateThrottle
+from marketplace.permissions import FleetOperatorApi
 
 HOURS = {"max_digits": 9, "decimal_places": 2}
 MONEY = {"max_digits": 14, "decimal_places": 4}
-
-
-class CanOperate(BasePermission):
-    """Reading is for every role; changing fleets and taking work is for owners and members."""
-
-    message = "Your role in this organization cannot change fleets or take work."
-
-    def has_permission(self, request, view) -> bool:
-        if request.method in SAFE_METHODS:
-            return True
-        return caller_for_request(request).has_role(Membership.Role.OWNER, Membership.Role.MEMBER)
-
-
-class FleetApi:
-    permission_classes = [IsAuthenticated, IsFleetOperator, CanOperate]
-    throttle_classes = [CallerRateThrottle]
-
-    @property
-    def organization(self):
-        return caller_for_request(self.request).organization
 
 
 # --- Registry ----------------------------------------------------------------------------------
@@ -83,7 +72,7 @@ class FleetSerializer(serializers.ModelSerializer):
         return value
 
     def validate_webhook_url(self, value: str) -> str:
-        return services.validate_webhook_url(value)
+        return validate_webhook_url(value)
 
 
 class FleetWithSecretSerializer(FleetSerializer):
@@ -95,7 +84,7 @@ class FleetWithSecretSerializer(FleetSerializer):
         fields = [*FleetSerializer.Meta.fields, "webhook_secret"]
 
 
-class FleetListCreate(FleetApi, generics.ListCreateAPIView):
+class FleetListCreate(FleetOperatorApi, generics.ListCreateAPIView):
     serializer_class = FleetSerializer
 
     def get_queryset(self):
@@ -105,11 +94,11 @@ class FleetListCreate(FleetApi, generics.ListCreateAPIView):
     def post(self, request):
         serializer = FleetSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        fleet = services.fleet_create(organization=self.organization, **serializer.validated_data)
+        fleet = fleet_create(organization=self.organization, **serializer.validated_data)
         return Response(FleetWithSecretSerializer(fleet).data, status=status.HTTP_201_CREATED)
 
 
-class FleetDetail(FleetApi, generics.RetrieveUpdateDestroyAPIView):
+class FleetDetail(FleetOperatorApi, generics.RetrieveUpdateDestroyAPIView):
     serializer_class = FleetSerializer
 
     def get_queryset(self):
@@ -119,7 +108,7 @@ class FleetDetail(FleetApi, generics.RetrieveUpdateDestroyAPIView):
         instance = self.get_object()
         serializer = FleetSerializer(instance, data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)
-        fleet = services.fleet_update(
+        fleet = fleet_update(
             organization=self.organization, fleet_id=instance.pk, changes=serializer.validated_data
         )
         return Response(FleetSerializer(fleet).data)
@@ -127,7 +116,7 @@ class FleetDetail(FleetApi, generics.RetrieveUpdateDestroyAPIView):
     def destroy(self, request, *args, **kwargs):
         """Fleets are retired, never deleted: their jobs and payouts keep referring to them."""
         instance = self.get_object()
-        services.fleet_update(
+        fleet_update(
             organization=self.organization,
             fleet_id=instance.pk,
             changes={"status": Fleet.Status.RETIRED},
@@ -135,17 +124,17 @@ class FleetDetail(FleetApi, generics.RetrieveUpdateDestroyAPIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class FleetRotateSecret(FleetApi, APIView):
+class FleetRotateSecret(FleetOperatorApi, APIView):
     @extend_schema(request=None, responses=FleetWithSecretSerializer)
     def post(self, request, pk):
-        fleet = services.fleet_rotate_secret(organization=self.organization, fleet_id=pk)
+        fleet = fleet_rotate_secret(organization=self.organization, fleet_id=pk)
         return Response(FleetWithSecretSerializer(fleet).data)
 
 
-class FleetHeartbeat(FleetApi, APIView):
+class FleetHeartbeat(FleetOperatorApi, APIView):
     @extend_schema(request=None, responses=FleetSerializer)
     def post(self, request, pk):
-        fleet = services.fleet_heartbeat(organization=self.organization, fleet_id=pk)
+        fleet = fleet_heartbeat(organization=self.organization, fleet_id=pk)
         return Response(FleetSerializer(fleet).data)
 
 
@@ -176,7 +165,7 @@ class SiteSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "created_at"]
 
 
-class SiteListCreate(FleetApi, generics.ListCreateAPIView):
+class SiteListCreate(FleetOperatorApi, generics.ListCreateAPIView):
     serializer_class = SiteSerializer
 
     def get_queryset(self):
@@ -186,13 +175,11 @@ class SiteListCreate(FleetApi, generics.ListCreateAPIView):
         serializer = SiteSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
-        site = services.site_create(
-            organization=self.organization, fleet_id=data.pop("fleet_id"), **data
-        )
+        site = site_create(organization=self.organization, fleet_id=data.pop("fleet_id"), **data)
         return Response(SiteSerializer(site).data, status=status.HTTP_201_CREATED)
 
 
-class SiteDetail(FleetApi, generics.RetrieveUpdateDestroyAPIView):
+class SiteDetail(FleetOperatorApi, generics.RetrieveUpdateDestroyAPIView):
     serializer_class = SiteSerializer
 
     def get_queryset(self):
@@ -207,17 +194,13 @@ class SiteDetail(FleetApi, generics.RetrieveUpdateDestroyAPIView):
             raise ServiceError(
                 "A site cannot move to another fleet.", fields={"fleet": ["Read-only."]}
             )
-        site = services.site_update(
-            organization=self.organization, site_id=instance.pk, changes=changes
-        )
+        site = site_update(organization=self.organization, site_id=instance.pk, changes=changes)
         return Response(SiteSerializer(site).data)
 
     def destroy(self, request, *args, **kwargs):
         """Sites are deactivated, not deleted: past jobs and episodes refer to them."""
         instance = self.get_object()
-        services.site_update(
-            organization=self.organization, site_id=instance.pk, changes={"active": False}
-        )
+        site_update(organization=self.organization, site_id=instance.pk, changes={"active": False})
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -263,7 +246,7 @@ class RobotWriteSerializer(serializers.Serializer):
     active = serializers.BooleanField(default=True)
 
 
-class RobotListCreate(FleetApi, generics.ListCreateAPIView):
+class RobotListCreate(FleetOperatorApi, generics.ListCreateAPIView):
     serializer_class = RobotSerializer
 
     def get_queryset(self):
@@ -274,13 +257,11 @@ class RobotListCreate(FleetApi, generics.ListCreateAPIView):
         serializer = RobotWriteSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
-        robot = services.robot_create(
-            organization=self.organization, site_id=data.pop("site"), **data
-        )
+        robot = robot_create(organization=self.organization, site_id=data.pop("site"), **data)
         return Response(RobotSerializer(robot).data, status=status.HTTP_201_CREATED)
 
 
-class RobotDetail(FleetApi, generics.RetrieveUpdateDestroyAPIView):
+class RobotDetail(FleetOperatorApi, generics.RetrieveUpdateDestroyAPIView):
     serializer_class = RobotSerializer
 
     def get_queryset(self):
@@ -291,7 +272,7 @@ class RobotDetail(FleetApi, generics.RetrieveUpdateDestroyAPIView):
         instance = self.get_object()
         serializer = RobotWriteSerializer(data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)
-        robot = services.robot_update(
+        robot = robot_update(
             organization=self.organization,
             robot_id=instance.pk,
             changes=dict(serializer.validated_data),
@@ -300,7 +281,7 @@ class RobotDetail(FleetApi, generics.RetrieveUpdateDestroyAPIView):
 
     def destroy(self, request, *args, **kwargs):
         instance = self.get_object()
-        services.robot_update(
+        robot_update(
             organization=self.organization, robot_id=instance.pk, changes={"active": False}
         )
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -381,7 +362,7 @@ class AssignmentSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
-class OfferList(FleetApi, generics.ListAPIView):
+class OfferList(FleetOperatorApi, generics.ListAPIView):
     """Offers to the caller's fleets; `?status=pending` (default) or another status, or `all`."""
 
     serializer_class = OfferSerializer
@@ -396,10 +377,10 @@ class OfferList(FleetApi, generics.ListAPIView):
         return queryset
 
 
-class OfferAccept(FleetApi, APIView):
+class OfferAccept(FleetOperatorApi, APIView):
     @extend_schema(request=None, responses={200: AssignmentSerializer})
     def post(self, request, pk):
-        assignment = services.offer_accept(organization=self.organization, offer_id=pk)
+        assignment = offer_accept(organization=self.organization, offer_id=pk)
         return Response(AssignmentSerializer(assignment).data, status=status.HTTP_200_OK)
 
 
@@ -407,19 +388,19 @@ class DeclineSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
 
 
-class OfferDecline(FleetApi, APIView):
+class OfferDecline(FleetOperatorApi, APIView):
     @extend_schema(request=DeclineSerializer, responses={200: OfferSerializer})
     def post(self, request, pk):
         serializer = DeclineSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        offer = services.offer_decline(
+        offer = offer_decline(
             organization=self.organization, offer_id=pk, reason=serializer.validated_data["reason"]
         )
         offer = selectors.offers_for(organization=self.organization).get(pk=offer.pk)
         return Response(OfferSerializer(offer).data)
 
 
-class AssignedJobList(FleetApi, generics.ListAPIView):
+class AssignedJobList(FleetOperatorApi, generics.ListAPIView):
     """Jobs the caller's fleets hold (offered to them, assigned or in progress, or done)."""
 
     serializer_class = JobSerializer
@@ -430,7 +411,7 @@ class AssignedJobList(FleetApi, generics.ListAPIView):
         )
 
 
-class OpenJobList(FleetApi, generics.ListAPIView):
+class OpenJobList(FleetOperatorApi, generics.ListAPIView):
     """Jobs open for bids that one of the caller's robots could do (embodiment, effector)."""
 
     serializer_class = OpenJobSerializer
@@ -470,13 +451,13 @@ class BidSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "job", "fleet", "status", "created_at"]
 
 
-class JobBid(FleetApi, APIView):
+class JobBid(FleetOperatorApi, APIView):
     @extend_schema(request=BidSerializer, responses={201: BidSerializer})
     def post(self, request, pk):
         serializer = BidSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        bid = services.bid_place(
+        bid = bid_place(
             organization=self.organization,
             job_id=pk,
             site_id=data["site_id"],
@@ -492,14 +473,14 @@ class ProgressSerializer(serializers.Serializer):
     )
 
 
-class JobProgress(FleetApi, APIView):
+class JobProgress(FleetOperatorApi, APIView):
     """Heartbeat and progress for a held job (the first report starts it)."""
 
     @extend_schema(request=ProgressSerializer, responses=JobSerializer)
     def post(self, request, pk):
         serializer = ProgressSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        job = services.job_report_progress(
+        job = job_report_progress(
             organization=self.organization,
             job_id=pk,
             progress_hours=serializer.validated_data["progress_hours"],

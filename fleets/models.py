@@ -10,7 +10,8 @@ from decimal import Decimal
 
 from django.db import models
 
-from marketplace.models import Organization
+from marketplace.audit import AppendOnlyModel
+from marketplace.models import Organization, WebhookDeliveryBase
 from orders.models import Embodiment, Order
 
 HOURS = {"max_digits": 9, "decimal_places": 2}
@@ -197,7 +198,7 @@ JOB_HOLDING_STATES = frozenset({S.OFFERED, S.ASSIGNED, S.IN_PROGRESS})
 del S
 
 
-class JobEvent(models.Model):
+class JobEvent(AppendOnlyModel):
     """Append-only audit of every job status change."""
 
     job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="events")
@@ -215,14 +216,6 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id}: {self.from_status or '-'} -> {self.to_status}"
-
-    def save(self, *args, **kwargs):
-        if self.pk is not None:
-            raise ValueError("Job events are append-only.")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise ValueError("Job events are append-only.")
 
 
 class Offer(models.Model):
@@ -322,30 +315,15 @@ class Assignment(models.Model):
         return f"Assignment {self.job_id} -> {self.fleet_id}"
 
 
-class WebhookDelivery(models.Model):
-    """One outgoing event to one fleet, with every attempt logged in `attempts`."""
+class WebhookDelivery(WebhookDeliveryBase):
+    """One outgoing event to one fleet (sent by marketplace.outbound_webhooks)."""
 
-    class Status(models.TextChoices):
-        PENDING = "pending", "Pending"
-        DELIVERED = "delivered", "Delivered"
-        FAILED = "failed", "Failed (gave up)"
-
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="webhook_deliveries")
-    event_type = models.CharField(max_length=60)
-    payload = models.JSONField()
-    url = models.URLField(max_length=500)
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
-    attempt_count = models.PositiveIntegerField(default=0)
-    attempts = models.JSONField(default=list)  # [{"at", "status_code", "error", "ms"}]
-    last_status_code = models.PositiveIntegerField(null=True, blank=True)
-    next_attempt_at = models.DateTimeField(null=True, blank=True)
-    delivered_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
-        ordering = ["-created_at", "-id"]
-        verbose_name_plural = "webhook deliveries"
+    receiver_field = "fleet"
+
+    class Meta(WebhookDeliveryBase.Meta):
+        pass
 
     def __str__(self) -> str:
         return f"{self.event_type} -> {self.fleet_id} ({self.status})"

@@ -20,9 +20,19 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 from django.views.decorators.http import require_POST
 
-from fleets import selectors, services
+from fleets import selectors
 from fleets.forms import FleetForm, OfferDeclineForm, RobotForm, SiteForm
 from fleets.models import Job, JobEvent, Offer
+from fleets.services import dispatch
+from fleets.services.registry import (
+    FLEET_EDITABLE,
+    fleet_create,
+    fleet_update,
+    robot_create,
+    robot_update,
+    site_create,
+    site_update,
+)
 from marketplace.errors import NotFound, ServiceError
 from marketplace.models import Membership
 from marketplace.tenancy import caller_for_request
@@ -94,7 +104,7 @@ def fleet_new(request):
     form = FleetForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            fleet = services.fleet_create(organization=_org(request), **form.to_fields())
+            fleet = fleet_create(organization=_org(request), **form.to_fields())
         except ServiceError as exc:
             form.add_service_error(exc)
         else:
@@ -126,13 +136,11 @@ def fleet_detail(request, pk):
 def fleet_edit(request, pk):
     organization = _org(request)
     fleet = _get_or_404(selectors.fleets_for(organization=organization), pk)
-    initial = {name: getattr(fleet, name) for name in services.FLEET_EDITABLE}
+    initial = {name: getattr(fleet, name) for name in FLEET_EDITABLE}
     form = FleetForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
-            services.fleet_update(
-                organization=organization, fleet_id=fleet.pk, changes=form.to_fields()
-            )
+            fleet_update(organization=organization, fleet_id=fleet.pk, changes=form.to_fields())
         except NotFound as exc:
             raise Http404(exc.message) from exc
         except ServiceError as exc:
@@ -153,9 +161,7 @@ def site_new(request, pk):
     form = SiteForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            site = services.site_create(
-                organization=organization, fleet_id=fleet.pk, **form.to_fields()
-            )
+            site = site_create(organization=organization, fleet_id=fleet.pk, **form.to_fields())
         except NotFound as exc:
             raise Http404(exc.message) from exc
         except ServiceError as exc:
@@ -182,9 +188,7 @@ def site_edit(request, pk):
     form = SiteForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
-            services.site_update(
-                organization=organization, site_id=site.pk, changes=form.to_fields()
-            )
+            site_update(organization=organization, site_id=site.pk, changes=form.to_fields())
         except NotFound as exc:
             raise Http404(exc.message) from exc
         except ServiceError as exc:
@@ -209,7 +213,7 @@ def robot_new(request, pk):
     if request.method == "POST" and form.is_valid():
         data = form.to_fields()
         try:
-            robot = services.robot_create(
+            robot = robot_create(
                 organization=organization,
                 site_id=data.pop("site"),
                 **data,
@@ -242,9 +246,7 @@ def robot_edit(request, pk):
     form = RobotForm(request.POST or None, sites=sites, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
-            services.robot_update(
-                organization=organization, robot_id=robot.pk, changes=form.to_fields()
-            )
+            robot_update(organization=organization, robot_id=robot.pk, changes=form.to_fields())
         except NotFound as exc:
             if exc.fields:
                 form.add_service_error(exc)
@@ -288,7 +290,7 @@ def offer_list(request):
 @fleet_page(manage=True)
 def offer_accept(request, pk):
     try:
-        assignment = services.offer_accept(organization=_org(request), offer_id=pk)
+        assignment = dispatch.offer_accept(organization=_org(request), offer_id=pk)
     except NotFound as exc:
         raise Http404(exc.message) from exc
     except ServiceError as exc:
@@ -306,7 +308,7 @@ def offer_decline(request, pk):
         messages.error(request, "The reason is too long (2000 characters at most).")
         return redirect("offer-list-page")
     try:
-        services.offer_decline(
+        dispatch.offer_decline(
             organization=_org(request), offer_id=pk, reason=form.cleaned_data["reason"]
         )
     except NotFound as exc:

@@ -14,6 +14,7 @@ app.conf.task_routes = {
     "datasets.tasks.qa_*": {"queue": "qa"},
     "datasets.tasks.delivery_*": {"queue": "delivery"},
     "billing.tasks.*": {"queue": "billing"},
+    "marketplace.tasks.*": {"queue": "delivery"},  # customers' webhooks (delivery.ready)
 }
 app.autodiscover_tasks()
 

@@ -12,21 +12,22 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from marketplace.error_codes import ErrorCode
 from marketplace.errors import ServiceError, error_body
 
 logger = logging.getLogger(__name__)
 
 _DRF_CODES = {
-    exceptions.ParseError: "malformed_request",
-    exceptions.NotAuthenticated: "not_authenticated",
-    exceptions.AuthenticationFailed: "authentication_failed",
-    exceptions.PermissionDenied: "permission_denied",
-    exceptions.NotFound: "not_found",
-    exceptions.MethodNotAllowed: "method_not_allowed",
-    exceptions.NotAcceptable: "not_acceptable",
-    exceptions.UnsupportedMediaType: "unsupported_media_type",
-    exceptions.Throttled: "throttled",
-    exceptions.ValidationError: "invalid",
+    exceptions.ParseError: ErrorCode.MALFORMED_REQUEST,
+    exceptions.NotAuthenticated: ErrorCode.NOT_AUTHENTICATED,
+    exceptions.AuthenticationFailed: ErrorCode.AUTHENTICATION_FAILED,
+    exceptions.PermissionDenied: ErrorCode.PERMISSION_DENIED,
+    exceptions.NotFound: ErrorCode.NOT_FOUND,
+    exceptions.MethodNotAllowed: ErrorCode.METHOD_NOT_ALLOWED,
+    exceptions.NotAcceptable: ErrorCode.NOT_ACCEPTABLE,
+    exceptions.UnsupportedMediaType: ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+    exceptions.Throttled: ErrorCode.THROTTLED,
+    exceptions.ValidationError: ErrorCode.INVALID,
 }
 
 
@@ -59,9 +60,9 @@ def _first_message(fields: dict) -> str:
 
 UNAVAILABLE = {
     # A connection lost mid-request (the next request reconnects: CONN_HEALTH_CHECKS).
-    DatabaseOperationalError: ("database_unavailable", "The database"),
-    DatabaseInterfaceError: ("database_unavailable", "The database"),
-    BrokerUnreachable: ("broker_unavailable", "The task queue"),
+    DatabaseOperationalError: (ErrorCode.DATABASE_UNAVAILABLE, "The database"),
+    DatabaseInterfaceError: (ErrorCode.DATABASE_UNAVAILABLE, "The database"),
+    BrokerUnreachable: (ErrorCode.BROKER_UNAVAILABLE, "The task queue"),
 }
 
 
@@ -87,7 +88,7 @@ def api_exception_handler(exc, context):
     response = drf_exception_handler(exc, context)
     if response is None:
         return None  # a real bug: let Django log it and answer 500
-    code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error")
+    code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), ErrorCode.ERROR)
     if isinstance(exc, exceptions.ValidationError):
         fields = _as_field_errors(exc.detail)
         body = error_body(code, _first_message(fields), fields)
@@ -105,5 +106,5 @@ def json_error_view(status_code: int, code: str, message: str):
     return view
 
 
-handler_404_api = json_error_view(404, "not_found", "Not found.")
-handler_500_api = json_error_view(500, "server_error", "Internal server error.")
+handler_404_api = json_error_view(404, ErrorCode.NOT_FOUND, "Not found.")
+handler_500_api = json_error_view(500, ErrorCode.SERVER_ERROR, "Internal server error.")

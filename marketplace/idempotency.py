@@ -12,6 +12,7 @@ from collections.abc import Callable
 from django.db import transaction
 from rest_framework.response import Response
 
+from marketplace.error_codes import ErrorCode
 from marketplace.errors import Conflict, ServiceError
 from marketplace.models import IdempotencyKey, Organization
 
@@ -39,7 +40,7 @@ def idempotent_response(
     if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():
         raise ServiceError(
             f"{HEADER} must be 1 to {MAX_KEY_LENGTH} printable characters.",
-            code="invalid_idempotency_key",
+            code=ErrorCode.INVALID_IDEMPOTENCY_KEY,
         )
     fingerprint = request_fingerprint(request.data)
     with transaction.atomic():
@@ -53,7 +54,7 @@ def idempotent_response(
             if record.request_fingerprint != fingerprint:
                 raise Conflict(
                     f"This {HEADER} was already used with a different request body.",
-                    code="idempotency_key_reused",
+                    code=ErrorCode.IDEMPOTENCY_KEY_REUSED,
                 )
             response = Response(record.response_body, status=record.response_status)
             response["Idempotent-Replayed"] = "true"

@@ -127,3 +127,59 @@ class IdempotencyKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scope} {self.key}"
+
+
+class WebhookDeliveryBase(models.Model):
+    """One outgoing event to one receiver, with every attempt logged in `attempts`.
+
+    Sent and logged by marketplace.outbound_webhooks; concrete models add their owner and
+    `signing_secret()`: fleets.WebhookDelivery (to a fleet), OrganizationWebhookDelivery.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        DELIVERED = "delivered", "Delivered"
+        FAILED = "failed", "Failed (gave up)"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    event_type = models.CharField(max_length=60)
+    payload = models.JSONField()
+    url = models.URLField(max_length=500)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    attempt_count = models.PositiveIntegerField(default=0)
+    attempts = models.JSONField(default=list)  # [{"at", "status_code", "error", "ms"}]
+    last_status_code = models.PositiveIntegerField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "webhook deliveries"
+
+    receiver_field = ""  # the concrete model's foreign key to whoever receives the events
+
+    @property
+    def receiver(self):
+        return getattr(self, self.receiver_field)
+
+    def signing_secret(self) -> str:
+        return self.receiver.webhook_secret
+
+
+class OrganizationWebhookDelivery(WebhookDeliveryBase):
+    """An event to an organization's own webhook (customers: delivery.ready)."""
+
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="webhook_deliveries"
+    )
+
+    class Meta(WebhookDeliveryBase.Meta):
+        verbose_name = "organization webhook delivery"
+        verbose_name_plural = "organization webhook deliveries"
+
+    receiver_field = "organization"
+
+    def __str__(self) -> str:
+        return f"{self.event_type} -> {self.organization_id} ({self.status})"

@@ -5,11 +5,14 @@ operation for the statuses that operation can really answer, so clients (and sch
 can rely on the schema for errors as well as for successes.
 """
 
+from django.utils.module_loading import autodiscover_modules
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 from rest_framework.permissions import AllowAny
+
+from marketplace.error_codes import REGISTRY
 
 
 class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
@@ -27,7 +30,7 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
 class ErrorSerializer(serializers.Serializer):
     """The one error shape: `{"code", "message", "fields"}`."""
 
-    code = serializers.CharField(help_text="Machine-readable, e.g. `invalid`, `not_found`.")
+    code = serializers.CharField(help_text="Machine-readable (the enum lists every code).")
     message = serializers.CharField(help_text="A human-readable summary.")
     fields = serializers.DictField(
         help_text="Per-field messages (`{field: [message, ...]}`, nested for nested input); "
@@ -91,3 +94,19 @@ class AutoSchema(SpectacularAutoSchema):
         if view.get_throttles():
             statuses.append(429)
         return sorted(statuses)
+
+
+def document_error_codes(result, generator, request, public):
+    """POSTPROCESSING_HOOKS entry: the Error component's `code` lists every registered code,
+    each with what it means, so clients can switch on codes the schema promises."""
+    autodiscover_modules("error_codes")
+    codes = dict(sorted(REGISTRY.items()))
+    error = result.get("components", {}).get("schemas", {}).get("Error")
+    if error is not None:
+        error["properties"]["code"] = {
+            "type": "string",
+            "enum": list(codes),
+            "description": "Machine-readable; one of:\n\n"
+            + "\n".join(f"- `{code}`: {meaning}" for code, meaning in codes.items()),
+        }
+    return result

@@ -1,4 +1,4 @@
-"""Writes for accounts: organizations, memberships, API keys."""
+"""Writes for accounts: organizations, memberships, API keys, the organization's webhook."""
 
 import hashlib
 import re
@@ -6,12 +6,16 @@ import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from marketplace import outbound_webhooks, tasks
+from marketplace.error_codes import ErrorCode
 from marketplace.errors import Conflict, ServiceError
-from marketplace.models import ApiKey, Membership, Organization, User
+from marketplace.models import ApiKey, Membership, Organization, OrganizationWebhookDelivery, User
+from marketplace.queueing import enqueue_on_commit
 
 API_KEY_PREFIX_LENGTH = 10
 
@@ -80,7 +84,7 @@ def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
     with transaction.atomic():
         api_key = ApiKey.objects.select_for_update().get(pk=api_key.pk)
         if api_key.revoked_at is not None:
-            raise Conflict("This API key is already revoked.", code="already_revoked")
+            raise Conflict("This API key is already revoked.", code=ErrorCode.ALREADY_REVOKED)
         api_key.revoked_at = timezone.now()
         api_key.save(update_fields=["revoked_at"])
     return api_key
@@ -115,7 +119,9 @@ def customer_signup(
     if not organization_name.strip():
         fields["organization_name"] = ["Name your organization."]
     if fields:
-        raise ServiceError("Could not create the account.", code="signup_refused", fields=fields)
+        raise ServiceError(
+            "Could not create the account.", code=ErrorCode.SIGNUP_REFUSED, fields=fields
+        )
     try:
         with transaction.atomic():
             user = User.objects.create_user(username=username, email=email, password=password)
@@ -125,7 +131,7 @@ def customer_signup(
     except IntegrityError as exc:  # the same name registered at the same moment
         raise ServiceError(
             "Could not create the account.",
-            code="signup_refused",
+            code=ErrorCode.SIGNUP_REFUSED,
             fields={"username": ["This username or email was just taken."]},
         ) from exc
 
@@ -133,25 +139,46 @@ def customer_signup(
 def organization_set_webhook(*, organization: Organization, url: str) -> str:
     """Set (or, with an empty url, remove) where the organization's events are POSTed.
     Returns the new signing secret, shown once; an empty string when removed."""
-    from urllib.parse import urlsplit
-
-    from django.conf import settings
-
-    url = (url or "").strip()
-    if url:
-        parts = urlsplit(url)
-        insecure_ok = settings.CUSTOMER_WEBHOOK_ALLOW_INSECURE
-        if (
-            parts.scheme not in ({"https", "http"} if insecure_ok else {"https"})
-            or not parts.hostname
-        ):
-            raise ServiceError(
-                "A webhook URL must be an https:// address.",
-                fields={"url": ["Use an https:// URL."]},
-            )
+    url = outbound_webhooks.validate_url(
+        url, field_name="url", allow_insecure=settings.CUSTOMER_WEBHOOK_ALLOW_INSECURE
+    )
     with transaction.atomic():
         organization = Organization.objects.select_for_update().get(pk=organization.pk)
         organization.webhook_url = url
         organization.webhook_secret = secrets.token_hex(32) if url else ""
         organization.save(update_fields=["webhook_url", "webhook_secret"])
     return organization.webhook_secret
+
+
+def organization_webhook_policy() -> outbound_webhooks.RetryPolicy:
+    return outbound_webhooks.RetryPolicy(
+        max_attempts=settings.CUSTOMER_WEBHOOK_MAX_ATTEMPTS,
+        backoff_seconds=settings.FLEETS_WEBHOOK_BACKOFF_SECONDS,
+        backoff_max_seconds=settings.FLEETS_WEBHOOK_BACKOFF_MAX_SECONDS,
+        timeout_seconds=settings.FLEETS_WEBHOOK_TIMEOUT_SECONDS,
+    )
+
+
+def organization_webhook_enqueue(
+    *, organization: Organization, event_type: str, data: dict
+) -> OrganizationWebhookDelivery | None:
+    """Record an event for the organization's webhook and send it after commit."""
+    if not organization.webhook_url:
+        return None
+    delivery = outbound_webhooks.delivery_record(
+        model=OrganizationWebhookDelivery,
+        url=organization.webhook_url,
+        event_type=event_type,
+        data=data,
+        organization=organization,
+    )
+    enqueue_on_commit(tasks.organization_webhook_deliver, delivery.pk)
+    return delivery
+
+
+def organization_webhook_attempt(*, delivery_id) -> outbound_webhooks.AttemptOutcome:
+    return outbound_webhooks.delivery_attempt(
+        model=OrganizationWebhookDelivery,
+        delivery_id=delivery_id,
+        policy=organization_webhook_policy(),
+    )

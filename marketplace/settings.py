@@ -161,6 +161,10 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "marketplace.schema.document_error_codes",
+    ],
     # One OpenAPI enum name per status choice set (several models have a `status`).
     "ENUM_NAME_OVERRIDES": {
         "OrderStatusEnum": "orders.models.Order.Status",
@@ -285,10 +289,6 @@ FLEETS_WEBHOOK_BACKOFF_MAX_SECONDS = float(
 FLEETS_WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("FLEETS_WEBHOOK_TIMEOUT_SECONDS", "10"))
 # Plain-http webhook URLs (and loopback/private hosts) only when explicitly allowed (dev).
 FLEETS_WEBHOOK_ALLOW_INSECURE = env_bool("FLEETS_WEBHOOK_ALLOW_INSECURE", DEBUG)
-# Fault injection for crash tests only: seconds a dispatch waits inside its transaction.
-FLEETS_DISPATCH_FAULT_DELAY_SECONDS = float(
-    os.environ.get("FLEETS_DISPATCH_FAULT_DELAY_SECONDS", "0")
-)
 CELERY_BEAT_SCHEDULE["fleets-sweep"] = {
     "task": "fleets.tasks.dispatch_sweep",
     "schedule": float(FLEETS_SWEEP_INTERVAL_SECONDS),
@@ -349,10 +349,6 @@ BILLING_CHECKOUT_SUCCESS_URL = os.environ.get(
 )
 BILLING_CHECKOUT_CANCEL_URL = os.environ.get(
     "BILLING_CHECKOUT_CANCEL_URL", BILLING_SITE_URL + "/orders/{order_id}/?payment=cancelled"
-)
-# Dotted path to f(order) -> Decimal | None: hours already handed to fleets.
-BILLING_DISPATCHED_HOURS_PROVIDER = os.environ.get(
-    "BILLING_DISPATCHED_HOURS_PROVIDER", "fleets.selectors.order_dispatched_hours"
 )
 # Web: the order page's payment section (Pay with card) and the fleet portal's earnings page.
 ORDER_PAGE_SECTIONS = [*ORDER_PAGE_SECTIONS, "billing.web.order_payment_section"]

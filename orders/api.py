@@ -9,6 +9,7 @@ from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from marketplace.error_codes import ErrorCode as CommonCode
 from marketplace.errors import ServiceError
 from marketplace.filters import UtcIsoDateTimeFilter
 from marketplace.idempotency import idempotent_response
@@ -16,6 +17,7 @@ from marketplace.permissions import CanOrder, IsCustomer
 from marketplace.tenancy import caller_for_request
 from marketplace.throttling import AnonRateThrottle, CallerRateThrottle
 from orders import services
+from orders.error_codes import ErrorCode
 from orders.models import (
     ComplexityLevel,
     Embodiment,
@@ -124,7 +126,7 @@ class CurrentRateCard(PublicCatalogMixin, APIView):
     def get(self, request):
         card = rate_card_current()
         if card is None:
-            raise ServiceError("No rate card is in force.", code="no_rate_card")
+            raise ServiceError("No rate card is in force.", code=ErrorCode.NO_RATE_CARD)
         return Response(RateCardSerializer(card).data)
 
 
@@ -407,7 +409,7 @@ class OrderListCreate(generics.ListAPIView):
     def post(self, request):
         caller = caller_for_request(request)
         if not isinstance(request.data, dict):
-            raise ServiceError("Expected a JSON object.", code="malformed_request")
+            raise ServiceError("Expected a JSON object.", code=CommonCode.MALFORMED_REQUEST)
 
         def create() -> Response:
             if "quote" in request.data:

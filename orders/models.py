@@ -7,6 +7,7 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
+from marketplace.audit import AppendOnlyModel
 from marketplace.models import ApiKey, Organization
 
 MONEY = {"max_digits": 14, "decimal_places": 4}  # rates may carry sub-cent precision
@@ -326,7 +327,7 @@ class Order(DatasetSpec):
         return f"Order {self.id} ({self.get_status_display()})"
 
 
-class OrderEvent(models.Model):
+class OrderEvent(AppendOnlyModel):
     """Append-only audit of every status change: who, when, from, to, why."""
 
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="events")
@@ -347,14 +348,6 @@ class OrderEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.order_id}: {self.from_status or '-'} -> {self.to_status}"
-
-    def save(self, *args, **kwargs):
-        if self.pk is not None:
-            raise ValueError("Order events are append-only.")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise ValueError("Order events are append-only.")
 
 
 # The order state machine: the only moves order_transition allows.

@@ -106,52 +106,14 @@ class Price:
 
 
 def price_dataset(request: PriceRequest, terms: RateCardTerms) -> Price:
+    _check_priceable(request, terms)
     currency = terms.currency
     hours = request.hours
-    if not isinstance(hours, Decimal):
-        raise TypeError("hours must be a Decimal")
-    if hours <= 0:
-        raise PricingError("hours", "Hours must be greater than zero.")
-    if request.environments < 1:
-        raise PricingError("environments", "At least one environment is needed.")
-    if request.embodiment not in terms.embodiment_rates:
-        raise PricingError("embodiment", "This embodiment is not on the current rate card.")
-    if request.complexity not in terms.complexity_multipliers:
-        raise PricingError("complexity", "This complexity level is not on the current rate card.")
-    unknown = sorted(set(request.sensors) - set(terms.sensor_rates))
-    if unknown:
-        raise PricingError("sensors", f"Not on the current rate card: {', '.join(unknown)}.")
 
     def money(amount: Decimal) -> Decimal:
         return quantize_money(amount, currency)
 
-    lines: list[LineItem] = []
-    base_rate = terms.embodiment_rates[request.embodiment]
-    multiplier = terms.complexity_multipliers[request.complexity]
-    hourly_rate = base_rate * multiplier
-    lines.append(
-        LineItem(
-            code="base",
-            description=(
-                f"{hours} h x {base_rate} {currency}/h ({request.embodiment})"
-                f" x {multiplier} (complexity L{request.complexity})"
-            ),
-            quantity=hours,
-            unit_amount=hourly_rate,
-            amount=money(hours * hourly_rate),
-        )
-    )
-    for sensor in sorted(set(request.sensors)):
-        rate = terms.sensor_rates[sensor]
-        lines.append(
-            LineItem(
-                code=f"sensor:{sensor}",
-                description=f"Sensor add-on {sensor}: {hours} h x {rate} {currency}/h",
-                quantity=hours,
-                unit_amount=rate,
-                amount=money(hours * rate),
-            )
-        )
+    lines = _hourly_lines(request, terms, money)
     # Percentages apply to the hourly lines as shown (rounded), which keeps the total
     # monotone in hours and lets the customer check every line by hand.
     hourly_subtotal = sum((line.amount for line in lines), Decimal(0))
@@ -198,3 +160,51 @@ def price_dataset(request: PriceRequest, terms: RateCardTerms) -> Price:
     return Price(
         currency=currency, lines=tuple(lines), total=total, rate_card_version=terms.version
     )
+
+
+def _check_priceable(request: PriceRequest, terms: RateCardTerms) -> None:
+    if not isinstance(request.hours, Decimal):
+        raise TypeError("hours must be a Decimal")
+    if request.hours <= 0:
+        raise PricingError("hours", "Hours must be greater than zero.")
+    if request.environments < 1:
+        raise PricingError("environments", "At least one environment is needed.")
+    if request.embodiment not in terms.embodiment_rates:
+        raise PricingError("embodiment", "This embodiment is not on the current rate card.")
+    if request.complexity not in terms.complexity_multipliers:
+        raise PricingError("complexity", "This complexity level is not on the current rate card.")
+    unknown = sorted(set(request.sensors) - set(terms.sensor_rates))
+    if unknown:
+        raise PricingError("sensors", f"Not on the current rate card: {', '.join(unknown)}.")
+
+
+def _hourly_lines(request: PriceRequest, terms: RateCardTerms, money) -> list[LineItem]:
+    """The base line (hours x rate x complexity) and one line per sensor add-on."""
+    currency, hours = terms.currency, request.hours
+    base_rate = terms.embodiment_rates[request.embodiment]
+    multiplier = terms.complexity_multipliers[request.complexity]
+    hourly_rate = base_rate * multiplier
+    lines = [
+        LineItem(
+            code="base",
+            description=(
+                f"{hours} h x {base_rate} {currency}/h ({request.embodiment})"
+                f" x {multiplier} (complexity L{request.complexity})"
+            ),
+            quantity=hours,
+            unit_amount=hourly_rate,
+            amount=money(hours * hourly_rate),
+        )
+    ]
+    for sensor in sorted(set(request.sensors)):
+        rate = terms.sensor_rates[sensor]
+        lines.append(
+            LineItem(
+                code=f"sensor:{sensor}",
+                description=f"Sensor add-on {sensor}: {hours} h x {rate} {currency}/h",
+                quantity=hours,
+                unit_amount=rate,
+                amount=money(hours * rate),
+            )
+        )
+    return lines

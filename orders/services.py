@@ -8,9 +8,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from marketplace.errors import Conflict, NotFound, ServiceError
+from marketplace.audit import actor_label as label_of
+from marketplace.errors import Conflict, NotFound, ServiceError, invalid
 from marketplace.tenancy import Caller
+from marketplace.transitions import require_transition
 from orders import signals
+from orders.error_codes import ErrorCode
 from orders.models import (
     CUSTOMER_CANCELLABLE,
     ORDER_TRANSITIONS,
@@ -31,7 +34,7 @@ MIN_HOURS_PER_ENVIRONMENT = Decimal("0.5")
 
 
 class InvalidTransition(Conflict):
-    code = "invalid_transition"
+    code = ErrorCode.INVALID_TRANSITION
 
 
 @dataclass(frozen=True)
@@ -67,50 +70,52 @@ class _ResolvedRequest:
     sensors: list[str] = field(default_factory=list)
 
 
-def _invalid(field_name: str, message: str, code: str = "invalid") -> ServiceError:
-    return ServiceError(message, code=code, fields={field_name: [message]})
-
-
 def _resolve(request: DatasetRequest) -> _ResolvedRequest:
     task_type = TaskType.objects.filter(slug=request.task_type, active=True).first()
     if task_type is None:
-        raise _invalid(
-            "task_type", f"Unknown task type {request.task_type!r}.", "unknown_task_type"
+        raise invalid(
+            "task_type", f"Unknown task type {request.task_type!r}.", ErrorCode.UNKNOWN_TASK_TYPE
         )
     embodiment = Embodiment.objects.filter(slug=request.embodiment, active=True).first()
     if embodiment is None:
-        raise _invalid(
-            "embodiment", f"Unknown embodiment {request.embodiment!r}.", "unknown_embodiment"
+        raise invalid(
+            "embodiment",
+            f"Unknown embodiment {request.embodiment!r}.",
+            ErrorCode.UNKNOWN_EMBODIMENT,
         )
     level = (
         request.complexity if request.complexity is not None else task_type.default_complexity_id
     )
     complexity = ComplexityLevel.objects.filter(level=level).first()
     if complexity is None:
-        raise _invalid("complexity", f"Unknown complexity level {level!r}.", "unknown_complexity")
+        raise invalid(
+            "complexity", f"Unknown complexity level {level!r}.", ErrorCode.UNKNOWN_COMPLEXITY
+        )
     sensors = sorted(set(request.sensors))
     known = set(
         SensorAddon.objects.filter(slug__in=sensors, active=True).values_list("slug", flat=True)
     )
     unknown = [slug for slug in sensors if slug not in known]
     if unknown:
-        raise _invalid("sensors", f"Unknown sensors: {', '.join(unknown)}.", "unknown_sensor")
+        raise invalid(
+            "sensors", f"Unknown sensors: {', '.join(unknown)}.", ErrorCode.UNKNOWN_SENSOR
+        )
 
     min_hours = Decimal(settings.ORDER_MIN_HOURS)
     max_hours = Decimal(settings.ORDER_MAX_HOURS)
     if not (min_hours <= request.hours <= max_hours):
-        raise _invalid("hours", f"Hours must be between {min_hours} and {max_hours}.")
+        raise invalid("hours", f"Hours must be between {min_hours} and {max_hours}.")
     if not (1 <= request.environments <= settings.ORDER_MAX_ENVIRONMENTS):
-        raise _invalid(
+        raise invalid(
             "environments", f"Environments must be between 1 and {settings.ORDER_MAX_ENVIRONMENTS}."
         )
     if request.hours < request.environments * MIN_HOURS_PER_ENVIRONMENT:
-        raise _invalid(
+        raise invalid(
             "environments",
             f"Each environment needs at least {MIN_HOURS_PER_ENVIRONMENT} h of collection.",
         )
     if request.objects_per_environment < 1:
-        raise _invalid("objects_per_environment", "At least one object per environment.")
+        raise invalid("objects_per_environment", "At least one object per environment.")
     return _ResolvedRequest(
         task_type=task_type, complexity=complexity, embodiment=embodiment, sensors=sensors
     )
@@ -130,13 +135,15 @@ def _price(request: DatasetRequest, resolved: _ResolvedRequest, rate_card: RateC
             rate_card_terms(rate_card),
         )
     except PricingError as exc:
-        raise _invalid(exc.field_name, exc.message, "not_priced") from exc
+        raise invalid(exc.field_name, exc.message, ErrorCode.NOT_PRICED) from exc
 
 
 def _require_rate_card() -> RateCard:
     rate_card = rate_card_current()
     if rate_card is None:
-        raise ServiceError("No rate card is in force; quotes are unavailable.", code="no_rate_card")
+        raise ServiceError(
+            "No rate card is in force; quotes are unavailable.", code=ErrorCode.NO_RATE_CARD
+        )
     return rate_card
 
 
@@ -186,9 +193,9 @@ def _validate_details(
     details: OrderDetails, *, hours: Decimal, rush: bool, rate_card: RateCard
 ) -> None:
     if details.output_format not in OutputFormat.values:
-        raise _invalid("output_format", f"Unknown output format {details.output_format!r}.")
+        raise invalid("output_format", f"Unknown output format {details.output_format!r}.")
     if details.pilot_hours is not None and not (0 < details.pilot_hours < hours):
-        raise _invalid(
+        raise invalid(
             "pilot_hours", "Pilot hours must be more than 0 and less than the order's hours."
         )
     if details.deadline is not None:
@@ -196,24 +203,17 @@ def _validate_details(
         earliest = timezone.localdate() + timedelta(days=lead_days)
         if details.deadline < earliest:
             hint = "" if rush else " Ask for rush delivery for a sooner date."
-            raise _invalid(
+            raise invalid(
                 "deadline", f"The earliest possible deadline is {earliest.isoformat()}.{hint}"
             )
 
 
 def _actor_fields(caller: Caller | None, label: str = "") -> dict:
-    if caller is None:
-        return {"actor": None, "actor_api_key": None, "actor_label": label or "system"}
-    user = caller.user
-    if user is not None:
-        default_label = (
-            f"staff:{user.get_username()}" if user.is_staff else f"user:{user.get_username()}"
-        )
-    elif caller.api_key is not None:
-        default_label = f"api_key:{caller.api_key.prefix}"
-    else:
-        default_label = "system"
-    return {"actor": user, "actor_api_key": caller.api_key, "actor_label": label or default_label}
+    return {
+        "actor": caller.user if caller else None,
+        "actor_api_key": caller.api_key if caller else None,
+        "actor_label": label or label_of(caller),
+    }
 
 
 def _order_open(
@@ -293,11 +293,13 @@ def order_create_from_quote(*, caller: Caller, quote_id, details: OrderDetails) 
         if quote is None:
             raise NotFound("Quote not found.", fields={"quote": ["Quote not found."]})
         if quote.expires_at <= timezone.now():
-            raise _invalid("quote", "This quote has expired; ask for a new one.", "quote_expired")
+            raise invalid(
+                "quote", "This quote has expired; ask for a new one.", ErrorCode.QUOTE_EXPIRED
+            )
         if Order.objects.filter(quote=quote).exists():
             raise Conflict(
                 "An order was already placed from this quote.",
-                code="quote_used",
+                code=ErrorCode.QUOTE_USED,
                 fields={"quote": ["Already used."]},
             )
         _validate_details(details, hours=quote.hours, rush=quote.rush, rate_card=quote.rate_card)
@@ -307,7 +309,9 @@ def order_create_from_quote(*, caller: Caller, quote_id, details: OrderDetails) 
 
 def _require_customer(caller: Caller) -> None:
     if not caller.is_customer:
-        raise ServiceError("Only customer organizations can place orders.", code="not_a_customer")
+        raise ServiceError(
+            "Only customer organizations can place orders.", code=ErrorCode.NOT_A_CUSTOMER
+        )
 
 
 def order_transition(
@@ -323,17 +327,19 @@ def order_transition(
     Moving to the state the order is already in is a no-op (safe for retried tasks).
     """
     if to_status not in Order.Status.values:
-        raise ServiceError(f"Unknown order status {to_status!r}.", code="unknown_status")
+        raise ServiceError(f"Unknown order status {to_status!r}.", code=ErrorCode.UNKNOWN_STATUS)
     with transaction.atomic():
         order = Order.objects.select_for_update().get(pk=order_id)
         from_status = order.status
         if from_status == to_status:
             return order
-        if to_status not in ORDER_TRANSITIONS[from_status]:
-            raise InvalidTransition(
-                f"An order cannot go from {from_status} to {to_status}.",
-                fields={"status": [f"Not allowed from {from_status}."]},
-            )
+        require_transition(
+            transitions=ORDER_TRANSITIONS,
+            from_status=from_status,
+            to_status=to_status,
+            what="An order",
+            error=InvalidTransition,
+        )
         order.status = to_status
         order.save(update_fields=["status", "updated_at"])
         OrderEvent.objects.create(
@@ -343,21 +349,22 @@ def order_transition(
             reason=reason,
             **_actor_fields(caller, actor_label),
         )
-        transaction.on_commit(lambda: _announce(order.id, from_status, to_status))
+        transaction.on_commit(lambda: _announce(order.id, to_status))
     return order
 
 
-def _announce(order_id, from_status: str, to_status: str) -> None:
-    signals.order_status_changed.send(
-        sender=Order, order_id=order_id, from_status=from_status, to_status=to_status
-    )
-    specific = {
-        Order.Status.PAID: signals.order_paid,
-        Order.Status.CANCELLED: signals.order_cancelled,
-        Order.Status.DELIVERED: signals.order_delivered,
-    }.get(to_status)
-    if specific is not None:
-        specific.send(sender=Order, order_id=order_id)
+# What other apps hear about (after commit); their receivers enqueue their work.
+ANNOUNCED = {
+    Order.Status.PAID: signals.order_paid,
+    Order.Status.CANCELLED: signals.order_cancelled,
+    Order.Status.DELIVERED: signals.order_delivered,
+}
+
+
+def _announce(order_id, to_status: str) -> None:
+    signal = ANNOUNCED.get(to_status)
+    if signal is not None:
+        signal.send(sender=Order, order_id=order_id)
 
 
 def order_cancel(*, caller: Caller, order_id, reason: str = "") -> Order:
@@ -395,4 +402,45 @@ def order_mark_paid(
         caller=caller,
         actor_label=actor_label,
         reason=reason or "Payment confirmed.",
+    )
+
+
+# --- The moves other apps make (only orders changes an order's status) -------------------------
+
+
+def order_start_collection(*, order_id, actor_label: str, reason: str) -> Order:
+    """Fleets planned the paid order's jobs."""
+    return order_transition(
+        order_id=order_id,
+        to_status=Order.Status.IN_COLLECTION,
+        actor_label=actor_label,
+        reason=reason,
+    )
+
+
+def order_send_to_review(*, order_id, actor_label: str, reason: str) -> Order:
+    """Every job of the current phase (pilot or full) is collected."""
+    return order_transition(
+        order_id=order_id, to_status=Order.Status.IN_REVIEW, actor_label=actor_label, reason=reason
+    )
+
+
+def order_resume_collection(*, order_id, caller: Caller, reason: str) -> Order:
+    """The customer approved the pilot: the rest of the order is collected."""
+    return order_transition(
+        order_id=order_id, to_status=Order.Status.IN_COLLECTION, caller=caller, reason=reason
+    )
+
+
+def order_mark_delivered(*, order_id, actor_label: str, reason: str) -> Order:
+    """The full dataset is ready for the customer."""
+    return order_transition(
+        order_id=order_id, to_status=Order.Status.DELIVERED, actor_label=actor_label, reason=reason
+    )
+
+
+def order_mark_refunded(*, order_id, actor_label: str, reason: str) -> Order:
+    """A cancelled order's payment was refunded in full."""
+    return order_transition(
+        order_id=order_id, to_status=Order.Status.REFUNDED, actor_label=actor_label, reason=reason
     )

@@ -3,8 +3,6 @@ and stay thin: they enqueue a task. All are sent after the transaction commits."
 
 from django.dispatch import Signal
 
-# kwargs: order_id, from_status, to_status
-order_status_changed = Signal()
 # kwargs: order_id
 order_paid = Signal()
 order_cancelled = Signal()

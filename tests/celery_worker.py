@@ -86,8 +86,10 @@ class Worker:
         log_dir: Path,
         extra_env: dict | None = None,
         queues: str = "dispatch",
+        app: str = "marketplace",
     ):
         self.queues = queues
+        self.app = app
         db = connection.settings_dict
         self.env = {
             **os.environ,
@@ -113,7 +115,7 @@ class Worker:
             [
                 str(CELERY),
                 "-A",
-                "marketplace",
+                self.app,
                 "worker",
                 "-Q",
                 self.queues,
@@ -164,9 +166,9 @@ class Worker:
 def make_worker(publish_to, tmp_path):
     workers: list[Worker] = []
 
-    def make(queues: str = "dispatch", **extra_env) -> Worker:
+    def make(queues: str = "dispatch", app: str = "marketplace", **extra_env) -> Worker:
         env = {k: str(v) for k, v in extra_env.items()}
-        worker = Worker(publish_to, tmp_path, env, queues=queues)
+        worker = Worker(publish_to, tmp_path, env, queues=queues, app=app)
         workers.append(worker)
         return worker
 

@@ -234,21 +234,7 @@ def play(*, base_url: str, customer_key: str, timeout: float, verify: bool, log)
         reason="Demo: payment marked by staff.",
     )
     log("payment marked received by staff; dispatch starts")
-    deadline = started + timeout
-    last = ""
-    while time.monotonic() < deadline:
-        current = Order.objects.get(pk=order["id"])
-        state = f"{current.status} {current.accepted_hours}/{current.hours} h"
-        if state != last:
-            log(f"order: {state}")
-            last = state
-        if current.status in (
-            Order.Status.DELIVERED,
-            Order.Status.CANCELLED,
-            Order.Status.REFUNDED,
-        ):
-            break
-        time.sleep(1)
+    _wait_until_settled(order["id"], deadline=started + timeout, log=log)
     current = Order.objects.get(pk=order["id"])
     result.status = current.status
     result.accepted_hours = str(current.accepted_hours)
@@ -276,6 +262,26 @@ def play(*, base_url: str, customer_key: str, timeout: float, verify: bool, log)
     else:
         result.files_verified = 1
     return result
+
+
+def _wait_until_settled(order_id: str, *, deadline: float, log) -> None:
+    """Log the order's progress until it is delivered, cancelled or refunded (or time is up)."""
+    from orders.models import Order
+
+    last = ""
+    while time.monotonic() < deadline:
+        current = Order.objects.get(pk=order_id)
+        state = f"{current.status} {current.accepted_hours}/{current.hours} h"
+        if state != last:
+            log(f"order: {state}")
+            last = state
+        if current.status in (
+            Order.Status.DELIVERED,
+            Order.Status.CANCELLED,
+            Order.Status.REFUNDED,
+        ):
+            return
+        time.sleep(1)
 
 
 def _verify(api: Api, delivery_id: str, result: DemoResult) -> int:

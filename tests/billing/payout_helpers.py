@@ -4,7 +4,7 @@ from decimal import Decimal
 
 from django.utils import timezone
 
-from billing import services
+from billing.ledger import post_charge
 from billing.models import FleetPayoutAccount, Payment
 from orders.models import Order
 from tests.billing.factories import PaymentFactory
@@ -40,7 +40,7 @@ def delivered_order(*, jobs, hours="10.00", total="1000.00", accepted_hours=None
         payment = PaymentFactory(
             order=order, status=Payment.Status.SUCCEEDED, succeeded_at=timezone.now()
         )
-        services._post_charge(payment)
+        post_charge(payment)
     for index, (fleet, job_seconds) in enumerate(jobs):
         CompletedJobFactory(
             order=order,

@@ -7,9 +7,10 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing import services
 from billing import stripe_gateway as gateway
 from billing.models import BillingFlag, Payment, Refund, WebhookEvent
+from billing.services.stripe_events import WEBHOOK_HANDLERS
+from billing.services.sweep import billing_sweep
 from marketplace.celery import app as celery_app
 from orders.models import Order
 from orders.services import order_transition
@@ -100,7 +101,7 @@ def test_sweeper_reenqueues_events_a_lost_task_left_behind(stripe_on, monkeypatc
         received_at=timezone.now() - timedelta(minutes=10)
     )
     # when
-    result = services.billing_sweep()
+    result = billing_sweep()
     # then (eager Celery: the task ran)
     assert result["events"] == 1
     event.refresh_from_db()
@@ -139,7 +140,7 @@ def test_a_crashing_handler_is_recorded_and_retried_later_not_a_500(
     def broken(*, event, obj):
         raise RuntimeError("handler bug")
 
-    monkeypatch.setitem(services.WEBHOOK_HANDLERS, "charge.dispute.created", broken)
+    monkeypatch.setitem(WEBHOOK_HANDLERS, "charge.dispute.created", broken)
     body = make_event("charge.dispute.created", {"id": "dp_bug", "charge": "ch_x"})
     # when
     with django_capture_on_commit_callbacks(execute=True):
@@ -154,7 +155,7 @@ def test_a_crashing_handler_is_recorded_and_retried_later_not_a_500(
     WebhookEvent.objects.filter(pk=event.pk).update(
         received_at=timezone.now() - timedelta(minutes=10)
     )
-    services.billing_sweep()
+    billing_sweep()
     # then
     event.refresh_from_db()
     assert event.status == WebhookEvent.Status.UNMATCHED

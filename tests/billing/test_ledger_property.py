@@ -10,9 +10,11 @@ from django.db.models import Sum
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from billing import services
 from billing import stripe_gateway as gateway
 from billing.models import LedgerEntry, LedgerTransaction, Refund
+from billing.services.payments import payment_record_success
+from billing.services.refunds import refund_record_failure, refund_record_success, refund_request
+from billing.services.stripe_events import _record_stripe_refund
 from marketplace.errors import Conflict
 from orders.pricing import quantize_money
 from tests.billing.factories import PaymentFactory
@@ -61,7 +63,7 @@ def test_ledger_balances_and_refunds_never_exceed_charges(db, totals, paid_first
         index = op[1]
         payment = payments[index]
         if op[0] == "pay":
-            services.payment_record_success(
+            payment_record_success(
                 payment_id=payment.id, amount=payment.amount, currency=payment.currency
             )
             paid[index] = True
@@ -71,7 +73,7 @@ def test_ledger_balances_and_refunds_never_exceed_charges(db, totals, paid_first
             continue
         if op[0] == "external":
             refund_count += 1
-            services._record_stripe_refund(
+            _record_stripe_refund(
                 payment=payment,
                 stripe_refund={
                     "id": f"re_{uuid.uuid4().hex}",
@@ -87,7 +89,7 @@ def test_ledger_balances_and_refunds_never_exceed_charges(db, totals, paid_first
         refund_count += 1
         allowed = paid[index] and amount <= payment.amount - reserved[index]
         try:
-            refund = services.refund_request(
+            refund = refund_request(
                 payment_id=payment.id,
                 amount=amount,
                 reason=Refund.Reason.STAFF,
@@ -101,9 +103,9 @@ def test_ledger_balances_and_refunds_never_exceed_charges(db, totals, paid_first
         outcomes.append("accepted")
         reserved[index] += amount
         if outcome == "succeed":
-            services.refund_record_success(refund_id=refund.id, stripe_refund_id=f"re_{refund.id}")
+            refund_record_success(refund_id=refund.id, stripe_refund_id=f"re_{refund.id}")
         elif outcome == "fail":
-            services.refund_record_failure(refund_id=refund.id, message="declined")
+            refund_record_failure(refund_id=refund.id, message="declined")
             reserved[index] -= amount
     event(f"refunds accepted: {outcomes.count('accepted') > 0}")
     event(f"refunds refused: {outcomes.count('refused') > 0}")

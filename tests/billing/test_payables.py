@@ -7,9 +7,12 @@ import pytest
 from django.db import connection
 from django.db.models import Sum
 
-from billing import services, tasks
+from billing import tasks
 from billing.ledger import balances
 from billing.models import BillingFlag, FleetPayable, LedgerEntry, LedgerTransaction
+from billing.services.payables import allocate, order_fleet_payables
+from billing.services.refunds import order_trueup, refund_record_success
+from billing.services.sweep import billing_sweep
 from orders.models import Order
 from tests.billing.payout_helpers import delivered_order
 from tests.factories import CompletedJobFactory, FleetFactory
@@ -29,7 +32,7 @@ def test_payables_are_accepted_hours_times_rate_with_the_margin_to_the_platform(
     order = delivered_order(jobs=[(fleet_a, "10800.000"), (fleet_b, "16200.500")])
     assert order.accepted_hours == Decimal("7.50")
     # when
-    payables = services.order_fleet_payables(order_id=order.id)
+    payables = order_fleet_payables(order_id=order.id)
     # then: amounts rounded half-up to the cent
     by_fleet = {p.fleet_id: p for p in payables}
     assert by_fleet[fleet_a.id].amount == Decimal("150.00")
@@ -57,10 +60,10 @@ def test_after_the_trueup_refund_the_order_holds_nothing_for_the_customer(
     # given: a delivered order whose true-up refund has gone through
     fleet = FleetFactory(payout_rate_per_hour=Decimal("60"))
     order = delivered_order(jobs=[(fleet, "21600")])  # 6 h of 10
-    refund = services.order_trueup(order_id=order.id)
-    services.refund_record_success(refund_id=refund.id, stripe_refund_id="re_test_trueup")
+    refund = order_trueup(order_id=order.id)
+    refund_record_success(refund_id=refund.id, stripe_refund_id="re_test_trueup")
     # when
-    services.order_fleet_payables(order_id=order.id)
+    order_fleet_payables(order_id=order.id)
     # then: customer funds are used up: 600.00 paid for 6 h, 360.00 to the fleet, 240.00 margin
     assert balances(order=order) == {
         ("customer_funds", "USD"): Decimal("0.00"),
@@ -75,9 +78,9 @@ def test_payables_are_recorded_once_when_delivery_processing_runs_twice(eager_ce
     fleet = FleetFactory()
     order = delivered_order(jobs=[(fleet, "3600"), (fleet, "7200")])
     # when: the service, then the task (a redelivered message), then again
-    first = services.order_fleet_payables(order_id=order.id)
+    first = order_fleet_payables(order_id=order.id)
     tasks.order_fleet_payables.delay(str(order.id))
-    again = services.order_fleet_payables(order_id=order.id)
+    again = order_fleet_payables(order_id=order.id)
     # then
     assert len(first) == 2
     assert again == []
@@ -115,11 +118,11 @@ def test_payables_wait_for_delivery_and_skip_jobs_without_accepted_time():
     order = delivered_order(jobs=[(fleet, "3600"), (fleet, "0")])
     Order.objects.filter(pk=order.pk).update(status=Order.Status.IN_REVIEW)
     # when / then: not delivered yet
-    assert services.order_fleet_payables(order_id=order.id) == []
+    assert order_fleet_payables(order_id=order.id) == []
     # when delivered
     Order.objects.filter(pk=order.pk).update(status=Order.Status.DELIVERED)
     # then: only the job with accepted time
-    assert len(services.order_fleet_payables(order_id=order.id)) == 1
+    assert len(order_fleet_payables(order_id=order.id)) == 1
 
 
 def test_a_job_whose_fleet_is_unknown_or_paid_in_another_currency_is_flagged():
@@ -128,7 +131,7 @@ def test_a_job_whose_fleet_is_unknown_or_paid_in_another_currency_is_flagged():
     order = delivered_order(jobs=[(euro_fleet, "3600")])
     CompletedJobFactory(order=order, sequence=99, fleet=None, accepted_seconds=Decimal("1800"))
     # when
-    payables = services.order_fleet_payables(order_id=order.id)
+    payables = order_fleet_payables(order_id=order.id)
     # then
     assert payables == []
     assert BillingFlag.objects.filter(kind=BillingFlag.Kind.PAYABLE_UNRECORDED).count() == 2
@@ -144,7 +147,7 @@ def test_the_sweeper_records_payables_a_lost_task_left_behind(eager_celery):
     order = delivered_order(jobs=[(fleet, "3600")])
     Order.objects.filter(pk=order.pk).update(updated_at=timezone.now() - timedelta(minutes=10))
     # when
-    result = services.billing_sweep()
+    result = billing_sweep()
     # then
     assert result["payables"] == 1
     assert FleetPayable.objects.filter(order=order).count() == 1
@@ -163,7 +166,7 @@ def test_concurrent_delivery_processing_records_each_job_once():
     def process() -> None:
         try:
             barrier.wait(timeout=30)
-            services.order_fleet_payables(order_id=order.id)
+            order_fleet_payables(order_id=order.id)
         except BaseException as exc:
             errors.append(exc)
         finally:
@@ -186,13 +189,11 @@ def test_concurrent_delivery_processing_records_each_job_once():
 
 def test_allocation_always_adds_up():
     # given / when
-    parts = services.allocate(
+    parts = allocate(
         total=Decimal("100.00"),
         weights=[Decimal("1"), Decimal("1"), Decimal("1")],
         currency="USD",
     )
     # then
     assert parts == [Decimal("33.34"), Decimal("33.33"), Decimal("33.33")]
-    assert services.allocate(total=Decimal("7"), weights=[Decimal("2")], currency="JPY") == [
-        Decimal("7")
-    ]
+    assert allocate(total=Decimal("7"), weights=[Decimal("2")], currency="JPY") == [Decimal("7")]

@@ -11,9 +11,10 @@ from django.db.models import Sum
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from billing import services
 from billing import stripe_gateway as gateway
 from billing.models import FleetPayable, LedgerEntry, Payout
+from billing.services.payables import order_earned, order_fleet_payables
+from billing.services.payouts import payout_run
 from orders.pricing import quantize_money
 from tests.billing.payout_helpers import delivered_order, fleet_with_account
 from tests.factories import FleetFactory
@@ -108,9 +109,9 @@ def check_example(settings, monkeypatch, rates, with_account, orders, steps):
             )
         elif name == "payables":
             for o in delivered:
-                services.order_fleet_payables(order_id=o.id)
+                order_fleet_payables(order_id=o.id)
         elif name.startswith("run"):
-            services.payout_run(triggered_by="property")
+            payout_run(triggered_by="property")
     # then: every job with accepted time has exactly one payable = accepted hours x rate
     for o in delivered:
         for j in o.jobs.select_related("fleet"):
@@ -120,7 +121,7 @@ def check_example(settings, monkeypatch, rates, with_account, orders, steps):
             )
             assert payable.amount == expected
         shares = FleetPayable.objects.filter(order=o).aggregate(s=Sum("customer_amount"))["s"]
-        assert shares == services.order_earned(o)
+        assert shares == order_earned(o)
     # every transaction balances; so do orders and fleets
     per_txn: dict[int, Decimal] = defaultdict(Decimal)
     for txn, amount in LedgerEntry.objects.values_list("transaction_id", "amount"):

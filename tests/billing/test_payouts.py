@@ -5,7 +5,7 @@ from decimal import Decimal
 import pytest
 from django.db.models import Sum
 
-from billing import services, tasks
+from billing import tasks
 from billing.ledger import balances
 from billing.models import (
     BillingFlag,
@@ -15,6 +15,8 @@ from billing.models import (
     LedgerTransaction,
     Payout,
 )
+from billing.services.payables import order_fleet_payables
+from billing.services.payouts import PayoutsNotConfigured, payout_run
 from marketplace.celery import app as celery_app
 from tests.billing.payout_helpers import delivered_order, fleet_with_account
 from tests.factories import FleetFactory
@@ -28,7 +30,7 @@ def owed(fleet) -> Decimal:
 
 def deliver(*jobs):
     order = delivered_order(jobs=list(jobs))
-    services.order_fleet_payables(order_id=order.id)
+    order_fleet_payables(order_id=order.id)
     return order
 
 
@@ -39,8 +41,8 @@ def test_payout_run_twice_in_a_row_pays_nothing_the_second_time(connect):
     deliver((fleet_a, "3600"), (fleet_b, "7200"))
     deliver((fleet_a, "1800"))
     # when
-    first = services.payout_run(triggered_by="test")
-    second = services.payout_run(triggered_by="test")
+    first = payout_run(triggered_by="test")
+    second = payout_run(triggered_by="test")
     # then: one transfer per fleet, with the amounts owed, to their connected accounts
     sent = {t["destination"]: t for t in connect.sent()}
     assert len(connect.sent()) == 2
@@ -68,11 +70,11 @@ def test_new_payables_after_a_run_are_paid_by_the_next_run_only(connect):
     # given
     fleet = fleet_with_account()
     deliver((fleet, "3600"))
-    services.payout_run(triggered_by="test")
+    payout_run(triggered_by="test")
     # when: more work is delivered, and payouts run twice again
     deliver((fleet, "720"))
-    services.payout_run(triggered_by="test")
-    services.payout_run(triggered_by="test")
+    payout_run(triggered_by="test")
+    payout_run(triggered_by="test")
     # then
     assert [t["amount"] for t in connect.sent()] == [5000, 1000]
     assert owed(fleet) == 0
@@ -90,7 +92,7 @@ def test_stripe_down_during_a_payout_marks_nothing_paid_and_a_later_run_pays_onc
     else:
         settings.STRIPE_API_BASE = closed_port_url
     # when
-    run = services.payout_run(triggered_by="test")
+    run = payout_run(triggered_by="test")
     # then: nothing paid, nothing booked; the payout waits to be re-sent with its key
     payout = Payout.objects.get()
     assert payout.status == Payout.Status.PENDING
@@ -103,8 +105,8 @@ def test_stripe_down_during_a_payout_marks_nothing_paid_and_a_later_run_pays_onc
     # when: Stripe is back; payouts run twice
     connect.fail_with(None)
     settings.STRIPE_API_BASE = connect.url
-    services.payout_run(triggered_by="test")
-    services.payout_run(triggered_by="test")
+    payout_run(triggered_by="test")
+    payout_run(triggered_by="test")
     # then: paid once, under the same payout and key
     payout.refresh_from_db()
     assert payout.status == Payout.Status.PAID
@@ -121,21 +123,23 @@ def test_a_response_lost_after_stripe_transferred_does_not_pay_twice(
     # given: Stripe makes the transfer but our side crashes before committing
     fleet = fleet_with_account()
     deliver((fleet, "3600"))
-    original = services._post_payout
+    from billing.services import payouts
+
+    original = payouts.post_payout
 
     def crash(payout):
         raise RuntimeError("worker died")
 
-    monkeypatch.setattr(services, "_post_payout", crash)
+    monkeypatch.setattr(payouts, "post_payout", crash)
     with pytest.raises(RuntimeError):
-        services.payout_run(triggered_by="test")
+        payout_run(triggered_by="test")
     assert Payout.objects.get().status == Payout.Status.PENDING
     assert len(connect.sent()) == 1
     if stripe_forgot_the_key:  # idempotency keys expire after 24 hours at Stripe
         connect.by_key.clear()
     # when: the next run re-sends the pending payout
-    monkeypatch.setattr(services, "_post_payout", original)
-    services.payout_run(triggered_by="test")
+    monkeypatch.setattr(payouts, "post_payout", original)
+    payout_run(triggered_by="test")
     # then: the transfer made for this payout is found (by its transfer group), not redone
     payout = Payout.objects.get()
     assert payout.status == Payout.Status.PAID
@@ -150,7 +154,7 @@ def test_a_fleet_without_a_connected_account_is_skipped_and_flagged_others_are_p
     unpaid_fleet = FleetFactory()
     deliver((paid_fleet, "3600"), (unpaid_fleet, "3600"))
     # when
-    run = services.payout_run(triggered_by="test")
+    run = payout_run(triggered_by="test")
     # then
     assert len(connect.sent()) == 1
     assert connect.sent()[0]["destination"] == paid_fleet.payout_account.stripe_account_id
@@ -160,7 +164,7 @@ def test_a_fleet_without_a_connected_account_is_skipped_and_flagged_others_are_p
     assert owed(unpaid_fleet) == Decimal("50.00")
     # when: staff add the account; the next run pays that fleet only
     FleetPayoutAccount.objects.create(fleet=unpaid_fleet, stripe_account_id="acct_added")
-    services.payout_run(triggered_by="test")
+    payout_run(triggered_by="test")
     # then
     assert [t["destination"] for t in connect.sent()][1:] == ["acct_added"]
     assert owed(unpaid_fleet) == 0
@@ -173,7 +177,7 @@ def test_a_transfer_stripe_refuses_releases_the_payables_and_flags_staff(connect
     account = FleetPayoutAccount.objects.create(fleet=fleet, stripe_account_id="acct_typo")
     deliver((fleet, "3600"))
     # when
-    run = services.payout_run(triggered_by="test")
+    run = payout_run(triggered_by="test")
     # then
     payout = Payout.objects.get()
     assert payout.status == Payout.Status.FAILED
@@ -185,7 +189,7 @@ def test_a_transfer_stripe_refuses_releases_the_payables_and_flags_staff(connect
     # when: staff fix the account
     account.stripe_account_id = "acct_good"
     account.save()
-    services.payout_run(triggered_by="test")
+    payout_run(triggered_by="test")
     # then
     assert [t["destination"] for t in connect.sent()] == ["acct_good"]
     assert owed(fleet) == 0
@@ -197,8 +201,8 @@ def test_payouts_refuse_to_run_without_stripe(settings):
     fleet = fleet_with_account()
     deliver((fleet, "3600"))
     # when / then
-    with pytest.raises(services.PayoutsNotConfigured):
-        services.payout_run(triggered_by="test")
+    with pytest.raises(PayoutsNotConfigured):
+        payout_run(triggered_by="test")
     assert tasks.payout_run.run() == {"skipped": "Stripe is not configured"}
     assert not Payout.objects.exists()
 

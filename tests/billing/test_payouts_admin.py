@@ -8,8 +8,9 @@ import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.urls import reverse
 
-from billing import services
 from billing.models import FleetPayable, FleetPayoutAccount, Payout, PayoutRun
+from billing.services.payables import order_fleet_payables
+from billing.services.payouts import payout_run
 from tests.billing.payout_helpers import delivered_order, fleet_with_account
 from tests.factories import FleetFactory
 
@@ -21,13 +22,13 @@ def owed_fleets():
     paid = fleet_with_account(name="Fleet Alpha")
     unpaid = FleetFactory(name="Fleet Beta")
     order = delivered_order(jobs=[(paid, "3600"), (unpaid, "7200")])
-    services.order_fleet_payables(order_id=order.id)
+    order_fleet_payables(order_id=order.id)
     return paid, unpaid
 
 
 def test_payout_admin_pages_load(staff_client, owed_fleets, connect):
     # given
-    services.payout_run(triggered_by="test")
+    payout_run(triggered_by="test")
     payout = Payout.objects.get()
     # when / then
     for url in [
@@ -94,7 +95,7 @@ def test_run_page_on_get_only_confirms(staff_client, owed_fleets, connect):
 
 def test_payables_summary_and_csv_exports(staff_client, owed_fleets, connect):
     # given
-    services.payout_run(triggered_by="test")
+    payout_run(triggered_by="test")
     # when
     summary = staff_client.get(reverse("admin:billing_payables_summary"))
     payables_csv = staff_client.get(reverse("admin:billing_payables_export"))

@@ -7,9 +7,10 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 
-from billing import services
 from billing.ledger import balances
 from billing.models import FleetPayable, Payout, Refund
+from billing.services.payables import order_fleet_payables
+from billing.services.payouts import payout_run
 from orders.models import Order
 from orders.services import order_transition
 from tests.billing.payout_helpers import delivered_order, fleet_with_account
@@ -32,8 +33,8 @@ def test_a_paid_order_delivered_pays_its_fleet_once(
     with django_capture_on_commit_callbacks(execute=True):
         for status in (Order.Status.IN_COLLECTION, Order.Status.IN_REVIEW, Order.Status.DELIVERED):
             order_transition(order_id=order.id, to_status=status, actor_label="test")
-    services.payout_run(triggered_by="test")
-    services.payout_run(triggered_by="test")
+    payout_run(triggered_by="test")
+    payout_run(triggered_by="test")
     # then: 250.00 refunded to the card, 375.00 transferred to the fleet, 375.00 margin
     assert Refund.objects.get().status == Refund.Status.SUCCEEDED
     assert FleetPayable.objects.get().amount == Decimal("375.00")
@@ -58,14 +59,14 @@ def test_two_payout_runs_at_once_pay_each_payable_once(connect):
     # given
     fleets = [fleet_with_account() for _ in range(3)]
     order = delivered_order(jobs=[(fleet, "3600") for fleet in fleets])
-    services.order_fleet_payables(order_id=order.id)
+    order_fleet_payables(order_id=order.id)
     barrier = threading.Barrier(2)
     errors: list[BaseException] = []
 
     def run() -> None:
         try:
             barrier.wait(timeout=30)
-            services.payout_run(triggered_by="thread")
+            payout_run(triggered_by="thread")
         except BaseException as exc:
             errors.append(exc)
         finally:

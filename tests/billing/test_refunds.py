@@ -4,16 +4,30 @@ from decimal import Decimal
 
 import pytest
 
-from billing import services
+from billing import tasks
 from billing.ledger import balances
 from billing.models import BillingFlag, Payment, Refund
+from billing.services.refunds import (
+    order_cancellation_refund,
+    order_trueup,
+    prorata_refund,
+    refund_by_staff,
+    refund_submit,
+)
 from billing.stripe_gateway import GatewayUnavailable
 from marketplace.errors import Conflict
 from orders.models import Order
 from orders.services import order_transition
 from tests.billing.conftest import make_event, post_webhook
+from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
+
+
+def assign_jobs(order, *, hours: list[str]) -> None:
+    """Jobs of the order, each assigned to a fleet (what dispatch leaves behind)."""
+    for target in hours:
+        JobFactory(order=order, target_hours=Decimal(target))
 
 
 def move(order, *statuses):
@@ -44,7 +58,7 @@ def stripe_refunds(stripe_client, intent_id) -> list[int]:
 )
 def test_prorata_refund(paid, ordered, kept, already, expected):
     # when
-    amount = services.prorata_refund(
+    amount = prorata_refund(
         paid=Decimal(paid),
         currency="USD",
         hours_ordered=Decimal(ordered),
@@ -57,7 +71,7 @@ def test_prorata_refund(paid, ordered, kept, already, expected):
 
 def test_prorata_refuses_floats():
     with pytest.raises(TypeError):
-        services.prorata_refund(
+        prorata_refund(
             paid=1000.0, currency="USD", hours_ordered=Decimal(10), hours_kept=Decimal(1)
         )
 
@@ -85,7 +99,7 @@ def test_delivery_refunds_hours_not_accepted(
         ("customer_funds", "USD"): Decimal("-750.00"),
     }
     # when: the true-up runs again and Stripe's charge.refunded arrives (twice)
-    services.order_trueup(order_id=order.id)
+    order_trueup(order_id=order.id)
     charge = stripe_client.v1.charges.retrieve(payment.stripe_charge_id).to_dict()
     body = make_event("charge.refunded", charge)
     from rest_framework.test import APIClient
@@ -137,8 +151,8 @@ def test_cancellation_after_dispatch_refunds_the_undispatched_part(paid_order, s
     order, _, intent = paid_order()
     move(order, Order.Status.IN_COLLECTION, Order.Status.CANCELLED)
     # when
-    refund = services.order_cancellation_refund(order_id=order.id, dispatched_hours=Decimal("4"))
-    services.refund_submit(refund_id=refund.id)
+    refund = order_cancellation_refund(order_id=order.id, dispatched_hours=Decimal("4"))
+    refund_submit(refund_id=refund.id)
     # then
     refund.refresh_from_db()
     assert refund.amount == Decimal("600.00")
@@ -146,16 +160,12 @@ def test_cancellation_after_dispatch_refunds_the_undispatched_part(paid_order, s
     assert stripe_refunds(stripe_client, intent["id"]) == [60000]
 
 
-def dispatched_six_hours(order):
-    return Decimal("6")
-
-
-def test_cancellation_after_dispatch_uses_the_provider(
-    paid_order, settings, django_capture_on_commit_callbacks
+def test_cancellation_after_dispatch_keeps_the_hours_fleets_were_given(
+    paid_order, django_capture_on_commit_callbacks
 ):
-    # given
-    settings.BILLING_DISPATCHED_HOURS_PROVIDER = "tests.billing.test_refunds.dispatched_six_hours"
+    # given: 6 of the order's 10 hours were assigned to fleets (fleets.selectors says so)
     order, _, _ = paid_order()
+    assign_jobs(order, hours=["4", "2"])
     # when
     with django_capture_on_commit_callbacks(execute=True):
         move(order, Order.Status.IN_COLLECTION, Order.Status.CANCELLED)
@@ -163,29 +173,25 @@ def test_cancellation_after_dispatch_uses_the_provider(
     assert Refund.objects.get().amount == Decimal("400.00")
 
 
-def test_cancellation_after_dispatch_without_hours_is_left_to_staff(
-    paid_order, settings, django_capture_on_commit_callbacks
+def test_cancellation_after_dispatch_with_nothing_assigned_refunds_everything(
+    paid_order, django_capture_on_commit_callbacks
 ):
-    # given: no way to know the dispatched hours
-    settings.BILLING_DISPATCHED_HOURS_PROVIDER = ""
+    # given: the order reached collection but no job was ever assigned to a fleet
     order, _, _ = paid_order()
     # when
     with django_capture_on_commit_callbacks(execute=True):
         move(order, Order.Status.IN_COLLECTION, Order.Status.CANCELLED)
-    # then
-    assert Refund.objects.count() == 0
-    assert BillingFlag.objects.get().kind == BillingFlag.Kind.MANUAL_REFUND
+    # then: nothing was dispatched, so the whole payment comes back
+    assert Refund.objects.get().amount == order.total
 
 
 def test_a_refund_never_exceeds_what_was_charged(paid_order):
     # given
     _, payment, _ = paid_order()
-    services.refund_by_staff(payment_id=payment.id, amount=Decimal("600"), note="a", user=None)
+    refund_by_staff(payment_id=payment.id, amount=Decimal("600"), note="a", user=None)
     # when / then
     with pytest.raises(Conflict) as excinfo:
-        services.refund_by_staff(
-            payment_id=payment.id, amount=Decimal("400.01"), note="", user=None
-        )
+        refund_by_staff(payment_id=payment.id, amount=Decimal("400.01"), note="", user=None)
     assert excinfo.value.code == "refund_exceeds_payment"
     payment.refresh_from_db()
     assert payment.amount_refunded == Decimal("600.00")
@@ -196,13 +202,11 @@ def test_refund_while_stripe_is_down_stays_pending_and_retry_works(
 ):
     # given
     order, payment, intent = paid_order()
-    refund = services.refund_by_staff(
-        payment_id=payment.id, amount=Decimal("100"), note="", user=None
-    )
+    refund = refund_by_staff(payment_id=payment.id, amount=Decimal("100"), note="", user=None)
     stripe_on.STRIPE_API_BASE = closed_port_url
     # when
     with pytest.raises(GatewayUnavailable):
-        services.refund_submit(refund_id=refund.id)
+        refund_submit(refund_id=refund.id)
     # then: reserved, not booked, not lost
     refund.refresh_from_db()
     assert refund.status == Refund.Status.PENDING
@@ -210,8 +214,8 @@ def test_refund_while_stripe_is_down_stays_pending_and_retry_works(
     assert stripe_refunds(stripe_client, intent["id"]) == []
     # when: Stripe is back (the task retries)
     stripe_on.STRIPE_API_BASE = localstripe_url
-    services.refund_submit(refund_id=refund.id)
-    services.refund_submit(refund_id=refund.id)
+    refund_submit(refund_id=refund.id)
+    refund_submit(refund_id=refund.id)
     # then
     refund.refresh_from_db()
     assert refund.status == Refund.Status.SUCCEEDED
@@ -223,11 +227,9 @@ def test_a_refused_refund_releases_the_reservation_and_is_flagged(paid_order, st
     # given: a payment whose intent Stripe does not know
     _, payment, _ = paid_order()
     Payment.objects.filter(pk=payment.pk).update(stripe_payment_intent_id="pi_unknown")
-    refund = services.refund_by_staff(
-        payment_id=payment.id, amount=Decimal("100"), note="", user=None
-    )
+    refund = refund_by_staff(payment_id=payment.id, amount=Decimal("100"), note="", user=None)
     # when
-    services.refund_submit(refund_id=refund.id)
+    refund_submit(refund_id=refund.id)
     # then
     refund.refresh_from_db()
     payment.refresh_from_db()
@@ -264,17 +266,15 @@ def test_a_refund_submitted_by_two_workers_at_once_reaches_stripe_once(
     from django.db import connection
 
     _, payment, intent = paid_order()
-    monkeypatch.setattr(services, "_enqueue", lambda *args: None)  # no worker runs it first
-    refund = services.refund_by_staff(
-        payment_id=payment.id, amount=Decimal("50"), note="", user=None
-    )
+    monkeypatch.setattr(tasks.refund_submit, "delay", lambda *args: None)  # no worker runs it first
+    refund = refund_by_staff(payment_id=payment.id, amount=Decimal("50"), note="", user=None)
     barrier = threading.Barrier(4)
     errors: list[BaseException] = []
 
     def submit() -> None:
         try:
             barrier.wait(timeout=10)
-            services.refund_submit(refund_id=refund.id)
+            refund_submit(refund_id=refund.id)
         except BaseException as exc:
             errors.append(exc)
         finally:

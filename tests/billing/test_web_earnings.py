@@ -7,8 +7,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from billing import services
 from billing.models import Payout
+from billing.services.payables import order_fleet_payables
+from billing.services.payouts import payout_run
 from tests.billing.payout_helpers import delivered_order, fleet_with_account
 from tests.factories import FleetFactory
 
@@ -24,7 +25,7 @@ def browser_for(tenant) -> Client:
 
 def deliver(*jobs):
     order = delivered_order(jobs=list(jobs))
-    services.order_fleet_payables(order_id=order.id)
+    order_fleet_payables(order_id=order.id)
     return order
 
 
@@ -44,7 +45,7 @@ def earnings(connect, fleet_operator, make_tenant):
         organization=fleet_operator.organization, name="Line 2", payout_rate_per_hour=Decimal("40")
     )
     first = deliver((paid_fleet, "3600"), (unpaid_fleet, "5400"))
-    services.payout_run(triggered_by="test")
+    payout_run(triggered_by="test")
     second = deliver((paid_fleet, "1800"))
     # another operator's earnings, which must not show
     stranger = fleet_with_account(name="Stranger fleet", payout_rate_per_hour=Decimal("99"))

@@ -8,9 +8,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from datasets import services, storage
+from datasets import storage
 from datasets.episode_format import episode_table, parquet_bytes
 from datasets.models import Episode
+from datasets.services.qa import episode_run_qa
 from fleets.models import Job
 from orders.models import Order
 from tests.datasets.helpers import Collection, complete, put
@@ -98,8 +99,8 @@ def test_running_qa_again_changes_nothing(collection, django_capture_on_commit_c
     put(body["upload"], data)
     complete(collection.operator.client, body["id"], django_capture_on_commit_callbacks)
     # when
-    services.episode_run_qa(episode_id=body["id"])
-    services.episode_run_qa(episode_id=body["id"])
+    episode_run_qa(episode_id=body["id"])
+    episode_run_qa(episode_id=body["id"])
     complete(collection.operator.client, body["id"], django_capture_on_commit_callbacks)
     # then
     collection.job.refresh_from_db()

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from datasets.episode_format import episode_table, parquet_bytes, sha256
-from datasets.qa import EpisodeExpectation, Reason, check_episode_file
+from datasets.qa_checks import EpisodeExpectation, Reason, check_episode_file
 
 FPS, DIM = 30, 8
 

@@ -5,7 +5,7 @@ import os
 import re
 from pathlib import Path
 
-from datasets.qa import EpisodeExpectation, check_episode_file
+from datasets.qa_checks import EpisodeExpectation, check_episode_file
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -9,7 +9,7 @@ import pytest
 
 from datasets import storage
 from datasets.episode_format import episode_table, parquet_bytes, sha256
-from datasets.qa import EpisodeExpectation, Reason, check_stored_episode
+from datasets.qa_checks import EpisodeExpectation, Reason, check_stored_episode
 
 pytestmark = pytest.mark.usefixtures("s3")
 

@@ -15,13 +15,15 @@ import pytest
 from django.utils import timezone
 from kombu import Connection
 
-from billing import services as billing_services
+from billing.ledger import post_charge
 from billing.models import Payment, Refund
-from datasets import services, tasks
+from billing.services.sweep import billing_sweep
+from datasets import tasks
 from datasets.episode_format import episode_table, parquet_bytes
 from datasets.models import Delivery
-from fleets import services as fleet_services
+from datasets.services.qa import episode_run_qa
 from fleets.models import Job
+from fleets.services.sweep import dispatch_sweep
 from orders.models import Order, OrderEvent
 from orders.services import order_mark_paid
 from tests.billing.factories import PaymentFactory
@@ -108,7 +110,7 @@ def test_an_assembly_that_could_not_be_queued_is_swept_once_the_broker_is_back(
     # when: the broker is down as QA accepts the last episode and opens the delivery
     private_broker.stop()
     for episode_id in ids:
-        services.episode_run_qa(episode_id=episode_id)
+        episode_run_qa(episode_id=episode_id)
     # then: QA's decisions stand, the delivery is open, its assembly not queued (no error)
     delivery = Delivery.objects.get(order=collection.order)
     assert delivery.status == Delivery.Status.ASSEMBLING
@@ -154,7 +156,7 @@ def test_orders_paid_or_cancelled_while_the_broker_is_down_are_swept(
     payment = PaymentFactory(
         order=to_cancel, status=Payment.Status.SUCCEEDED, succeeded_at=timezone.now()
     )
-    billing_services._post_charge(payment)
+    post_charge(payment)
     job = JobFactory(order=to_cancel, target_hours=Decimal("2"))
     # when: the broker is down as one order is paid and the customer cancels the other
     private_broker.stop()
@@ -172,8 +174,8 @@ def test_orders_paid_or_cancelled_while_the_broker_is_down_are_swept(
     settings.FLEETS_STALE_OPEN_JOB_SECONDS = 0
     later = timezone.now() + timedelta(minutes=3)
     for _ in range(2):
-        swept = fleet_services.dispatch_sweep()
-        billing_services.billing_sweep(now=later)
+        swept = dispatch_sweep()
+        billing_sweep(now=later)
     # then: the paid order is planned, the cancelled order's job cancelled and refunded once
     wait_for(
         lambda: (

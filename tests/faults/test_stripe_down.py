@@ -13,8 +13,8 @@ import stripe
 from django.urls import reverse
 from django.utils import timezone
 
-from billing import services as billing_services
 from billing.models import LedgerTransaction, Payment, StripeCustomer, WebhookEvent
+from billing.services.sweep import billing_sweep
 from local_s3.launcher import free_port
 from orders.models import Order, OrderEvent
 from tests.billing.conftest import (
@@ -104,7 +104,7 @@ def test_payment_through_stripe_and_broker_outages_is_taken_once(
         STRIPE_API_BASE=localstripe_url,
         STRIPE_WEBHOOK_SECRET=WEBHOOK_SECRET,
     )
-    billing_services.billing_sweep(now=timezone.now() + timedelta(minutes=3))
+    billing_sweep(now=timezone.now() + timedelta(minutes=3))
     wait_for(
         lambda: Order.objects.filter(pk=order.pk, status=Order.Status.PAID).exists(),
         timeout=40,

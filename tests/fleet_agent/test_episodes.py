@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from datasets.qa import EpisodeExpectation, check_episode_file
+from datasets.qa_checks import EpisodeExpectation, check_episode_file
 from fleet_agent.episodes import (
     DEFECTS,
     GRIPPER_MAX_M,

@@ -10,8 +10,8 @@ import pytest
 from datasets.models import Delivery, Episode
 from fleet_agent import FleetAgent, parse_config
 from fleet_agent.config import WebhookConfig
-from fleets import services as fleet_services
 from fleets.models import Fleet, Job, Robot, Site
+from fleets.services.planning import order_plan
 from marketplace.models import Organization
 from orders.models import Order
 from tests.factories import OrderFactory
@@ -70,7 +70,7 @@ def paid_order(customer, hours="0.02", environments=1) -> Order:
         hours=Decimal(hours),
         environments=environments,
     )
-    fleet_services.order_plan(order_id=order.id)  # autocommit: on_commit dispatch runs now
+    order_plan(order_id=order.id)  # autocommit: on_commit dispatch runs now
     return order
 
 
@@ -278,7 +278,8 @@ def test_with_qa_running_later_the_agent_waits_for_verdicts(
 
     from django.db import OperationalError
 
-    from datasets import services as dataset_services
+    from datasets import tasks as qa_tasks
+    from datasets.services.qa import episode_run_qa
 
     def run_qa(episode_id):
         """As the qa_episode task does: retry transient database errors. (Registration and
@@ -286,14 +287,14 @@ def test_with_qa_running_later_the_agent_waits_for_verdicts(
         task, or the agent's request, is retried.)"""
         for attempt in range(5):
             try:
-                return dataset_services.episode_run_qa(episode_id=episode_id)
+                return episode_run_qa(episode_id=episode_id)
             except OperationalError:
                 if attempt == 4:
                     raise
                 time.sleep(0.2)
 
     queued = []
-    monkeypatch.setattr(dataset_services, "_enqueue_qa", queued.append)
+    monkeypatch.setattr(qa_tasks.qa_episode, "delay", queued.append)
     agent = FleetAgent(config_for(platform, operator.raw_key, defect_rate=0.3))
     agent.register()
     order = paid_order(customer, hours="0.02")

@@ -4,8 +4,9 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from fleets import services
 from fleets.models import Assignment, Bid, Fleet, Job, Offer, Robot, Site
+from fleets.services.dispatch import job_dispatch
+from fleets.services.planning import order_plan
 from marketplace.models import Membership, Organization
 from orders.models import Order
 from tests.factories import FleetFactory, OrderFactory, RobotFactory, SiteFactory
@@ -45,9 +46,9 @@ def site(fleet):
 def offered_job(customer, site, *, expires_in=timedelta(hours=1)):
     order = OrderFactory(organization=customer.organization, status=Order.Status.PAID)
     RobotFactory(site=site, fleet=site.fleet)
-    services.order_plan(order_id=order.id)
+    order_plan(order_id=order.id)
     job = Job.objects.filter(order=order).order_by("sequence").first()
-    services.job_dispatch(job_id=job.pk)
+    job_dispatch(job_id=job.pk)
     offer = Offer.objects.get(job=job)
     Offer.objects.filter(pk=offer.pk).update(expires_at=timezone.now() + expires_in)
     return Offer.objects.get(pk=offer.pk)
@@ -316,7 +317,7 @@ def test_progress_is_a_heartbeat_and_starts_the_job(fleet_operator, customer, si
 def test_bid_on_an_open_job(fleet_operator, customer, site):
     order = OrderFactory(organization=customer.organization, status=Order.Status.PAID)
     RobotFactory(site=site, fleet=site.fleet)
-    services.order_plan(order_id=order.id)
+    order_plan(order_id=order.id)
     job = Job.objects.filter(order=order).first()
     listed = fleet_operator.client.get("/api/v1/fleet/jobs/open").json()["results"]
     assert str(job.pk) in {j["id"] for j in listed}

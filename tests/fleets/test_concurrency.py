@@ -9,8 +9,8 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from fleets import services
 from fleets.models import Assignment, Job, JobEvent, Offer
+from fleets.services.planning import order_plan
 from orders.models import Order
 from tests.factories import FleetFactory, OrderFactory, RobotFactory, SiteFactory
 
@@ -29,7 +29,7 @@ def test_simultaneous_accepts_one_wins_the_rest_409(fleet_operator, customer):
         environments=1,
         hours=Decimal("2"),
     )
-    services.order_plan(order_id=order.id)  # commits; its on-commit dispatch runs eagerly
+    order_plan(order_id=order.id)  # commits; its on-commit dispatch runs eagerly
     job = Job.objects.get(order=order)
     offer = Offer.objects.get(job=job)
     assert offer.expires_at > timezone.now() + timedelta(minutes=1)

@@ -4,8 +4,17 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from fleets import services
 from fleets.models import Assignment, Bid, Fleet, Job, JobEvent, Offer
+from fleets.services.dispatch import bid_place, job_dispatch, offer_accept, offer_decline
+from fleets.services.jobs import (
+    InvalidJobTransition,
+    job_redispatch,
+    job_transition,
+    order_cancel_jobs,
+)
+from fleets.services.planning import order_plan
+from fleets.services.registry import fleet_heartbeat
+from fleets.services.sweep import dispatch_sweep
 from orders.models import Order
 from tests.factories import FleetFactory, OrderFactory, RobotFactory, SiteFactory, equipped_site
 
@@ -18,7 +27,7 @@ def dispatch(django_capture_on_commit_callbacks):
 
     def run(order):
         with django_capture_on_commit_callbacks(execute=True):
-            services.order_plan(order_id=order.id)
+            order_plan(order_id=order.id)
         return list(Job.objects.filter(order=order).order_by("sequence"))
 
     return run
@@ -76,7 +85,7 @@ def test_diversity_each_environment_on_a_distinct_site(customer, dispatch, run_o
     for _ in range(len(jobs)):
         for offer in Offer.objects.filter(status=Offer.Status.PENDING):
             run_on_commit(
-                services.offer_accept,
+                offer_accept,
                 organization=offer.fleet.organization,
                 offer_id=offer.pk,
             )
@@ -143,14 +152,12 @@ def test_decline_goes_to_the_next_fleet_then_flags(customer, dispatch, run_on_co
     offer = Offer.objects.get(job=job)
     assert offer.fleet_id == first.fleet_id
     # when the first declines
-    run_on_commit(services.offer_decline, organization=first.fleet.organization, offer_id=offer.pk)
+    run_on_commit(offer_decline, organization=first.fleet.organization, offer_id=offer.pk)
     # then the second gets it
     offer2 = Offer.objects.get(job=job, status=Offer.Status.PENDING)
     assert offer2.fleet_id == second.fleet_id
     # when the second declines too, nobody is left: flagged
-    run_on_commit(
-        services.offer_decline, organization=second.fleet.organization, offer_id=offer2.pk
-    )
+    run_on_commit(offer_decline, organization=second.fleet.organization, offer_id=offer2.pk)
     job.refresh_from_db()
     assert job.status == Job.Status.FLAGGED
 
@@ -162,7 +169,7 @@ def test_sweeper_expires_offers_and_offers_to_the_next_fleet(customer, dispatch,
     [job] = dispatch(order)
     Offer.objects.filter(job=job).update(expires_at=timezone.now() - timedelta(seconds=1))
     # when
-    result = run_on_commit(services.dispatch_sweep)
+    result = run_on_commit(dispatch_sweep)
     # then
     assert result.offers_expired == 1
     assert Offer.objects.get(job=job, fleet=first.fleet).status == Offer.Status.EXPIRED
@@ -177,11 +184,11 @@ def test_sweeper_reclaims_jobs_from_silent_fleets(customer, dispatch, run_on_com
     order = order_for(customer, environments=1, hours=Decimal("2"))
     [job] = dispatch(order)
     offer = Offer.objects.get(job=job)
-    run_on_commit(services.offer_accept, organization=silent.fleet.organization, offer_id=offer.pk)
+    run_on_commit(offer_accept, organization=silent.fleet.organization, offer_id=offer.pk)
     long_ago = timezone.now() - timedelta(minutes=5)
     Assignment.objects.filter(job=job).update(created_at=long_ago)
     # when
-    result = run_on_commit(services.dispatch_sweep)
+    result = run_on_commit(dispatch_sweep)
     # then the job went back to dispatch and to the other fleet
     assert result.jobs_reclaimed == 1
     assert not Assignment.objects.filter(job=job, active=True).exists()
@@ -194,11 +201,11 @@ def test_sweeper_leaves_fleets_with_a_recent_heartbeat(customer, dispatch, run_o
     order = order_for(customer, environments=1, hours=Decimal("2"))
     [job] = dispatch(order)
     offer = Offer.objects.get(job=job)
-    run_on_commit(services.offer_accept, organization=site.fleet.organization, offer_id=offer.pk)
+    run_on_commit(offer_accept, organization=site.fleet.organization, offer_id=offer.pk)
     Assignment.objects.filter(job=job).update(created_at=timezone.now() - timedelta(minutes=5))
-    services.fleet_heartbeat(organization=site.fleet.organization, fleet_id=site.fleet_id)
+    fleet_heartbeat(organization=site.fleet.organization, fleet_id=site.fleet_id)
     # when
-    result = run_on_commit(services.dispatch_sweep)
+    result = run_on_commit(dispatch_sweep)
     # then
     assert result.jobs_reclaimed == 0
     assert Assignment.objects.filter(job=job, active=True).count() == 1
@@ -209,17 +216,17 @@ def test_best_bid_wins_over_offers(customer, run_on_commit):
     cheap = equipped_site()
     dear = equipped_site()
     order = order_for(customer, environments=1, hours=Decimal("2"))
-    services.order_plan(order_id=order.id)  # on_commit not run: the job stays open
+    order_plan(order_id=order.id)  # on_commit not run: the job stays open
     job = Job.objects.get(order=order)
     finish = job.deadline - timedelta(days=1)
-    services.bid_place(
+    bid_place(
         organization=dear.fleet.organization,
         job_id=job.pk,
         site_id=dear.pk,
         price_per_hour=Decimal("90"),
         earliest_finish=finish,
     )
-    services.bid_place(
+    bid_place(
         organization=cheap.fleet.organization,
         job_id=job.pk,
         site_id=cheap.pk,
@@ -227,7 +234,7 @@ def test_best_bid_wins_over_offers(customer, run_on_commit):
         earliest_finish=finish,
     )
     # when
-    result = run_on_commit(services.job_dispatch, job_id=job.pk)
+    result = run_on_commit(job_dispatch, job_id=job.pk)
     # then
     assert result.outcome == "assigned_bid"
     assignment = Assignment.objects.get(job=job, active=True)
@@ -242,7 +249,7 @@ def test_dispatch_is_idempotent(customer, dispatch):
     order = order_for(customer, environments=1, hours=Decimal("2"))
     [job] = dispatch(order)
     # when the same dispatch runs again (a redelivered task)
-    again = services.job_dispatch(job_id=job.pk)
+    again = job_dispatch(job_id=job.pk)
     # then nothing changes
     assert again.outcome == "skipped"
     assert Offer.objects.filter(job=job).count() == 1
@@ -251,8 +258,8 @@ def test_dispatch_is_idempotent(customer, dispatch):
 def test_job_state_map_refuses_illegal_moves(customer, dispatch):
     order = order_for(customer, environments=1, hours=Decimal("2"))
     [job] = dispatch(order)  # flagged: no fleets
-    with pytest.raises(services.InvalidJobTransition):
-        services.job_transition(job_id=job.pk, to_status=Job.Status.COMPLETED)
+    with pytest.raises(InvalidJobTransition):
+        job_transition(job_id=job.pk, to_status=Job.Status.COMPLETED)
     job.refresh_from_db()
     assert job.status == Job.Status.FLAGGED
 
@@ -263,7 +270,7 @@ def test_staff_redispatch_of_a_flagged_job(customer, dispatch, run_on_commit):
     assert job.status == Job.Status.FLAGGED
     equipped_site()  # capacity arrives
     # when
-    run_on_commit(services.job_redispatch, job_id=job.pk, actor_label="staff:alice")
+    run_on_commit(job_redispatch, job_id=job.pk, actor_label="staff:alice")
     # then
     job.refresh_from_db()
     assert job.status == Job.Status.OFFERED
@@ -281,8 +288,8 @@ def test_dispatched_hours_count_jobs_that_reached_a_fleet(customer, dispatch, ru
     assert order_dispatched_hours(order) == Decimal("0")
     offer = Offer.objects.get(job__order=order, status=Offer.Status.PENDING)
     # when
-    run_on_commit(services.offer_accept, organization=site.fleet.organization, offer_id=offer.id)
-    run_on_commit(services.order_cancel_jobs, order_id=order.id)
+    run_on_commit(offer_accept, organization=site.fleet.organization, offer_id=offer.id)
+    run_on_commit(order_cancel_jobs, order_id=order.id)
     # then: the accepted job's hours stay counted after cancellation ended its assignment
     assert order_dispatched_hours(order) == offer.job.target_hours
     assert sum(job.target_hours for job in jobs) == Decimal("6")

@@ -3,8 +3,9 @@ from unittest import mock
 
 import pytest
 
-from fleets import services
 from fleets.models import Job, JobEvent
+from fleets.services.jobs import order_cancel_jobs
+from fleets.services.planning import order_plan, order_release_remaining, plan_hours
 from orders.models import Order
 from orders.services import order_mark_paid
 from tests.factories import OrderFactory
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.django_db
 def test_plan_hours_splits_over_environments_then_caps_job_size():
     # given 10 h over 2 environments, jobs of at most 4 h
     # when
-    plan = services.plan_hours(
+    plan = plan_hours(
         hours=Decimal("10"), environments=2, pilot_hours=None, max_job_hours=Decimal("4")
     )
     # then each environment gets 5 h, as 2.5 + 2.5
@@ -31,7 +32,7 @@ def test_plan_hours_splits_over_environments_then_caps_job_size():
 def test_plan_hours_pilot_first_and_total_preserved():
     # given an order with a 1.5 h pilot
     # when
-    plan = services.plan_hours(
+    plan = plan_hours(
         hours=Decimal("7.01"),
         environments=3,
         pilot_hours=Decimal("1.5"),
@@ -62,8 +63,8 @@ def test_paid_signal_only_enqueues_the_plan_task(customer, django_capture_on_com
 def test_order_plan_creates_jobs_moves_order_to_collection_and_is_idempotent(paid_order):
     # when
     with mock.patch("fleets.tasks.job_dispatch.delay"):
-        first = services.order_plan(order_id=paid_order.id)
-        second = services.order_plan(order_id=paid_order.id)
+        first = order_plan(order_id=paid_order.id)
+        second = order_plan(order_id=paid_order.id)
     # then
     jobs = list(Job.objects.filter(order=paid_order).order_by("sequence"))
     assert len(jobs) == 4  # 10 h, 2 environments, max 4 h per job
@@ -84,31 +85,31 @@ def test_pilot_jobs_dispatch_first_the_rest_wait_for_release(customer):
         organization=customer.organization, status=Order.Status.PAID, pilot_hours=Decimal("2")
     )
     with mock.patch("fleets.tasks.job_dispatch.delay"):
-        services.order_plan(order_id=order.id)
+        order_plan(order_id=order.id)
     pilot = Job.objects.filter(order=order, is_pilot=True)
     rest = Job.objects.filter(order=order, is_pilot=False)
     assert [j.status for j in pilot] == [Job.Status.OPEN]
     assert {j.status for j in rest} == {Job.Status.HELD}
     # when the customer approves the pilot
     with mock.patch("fleets.tasks.job_dispatch.delay"):
-        released = services.order_release_remaining(order_id=order.id)
+        released = order_release_remaining(order_id=order.id)
     # then the held jobs open, and releasing again changes nothing
     assert {j.status for j in rest.all()} == {Job.Status.OPEN}
     assert sorted(released) == sorted(str(j.pk) for j in rest)
-    assert services.order_release_remaining(order_id=order.id) == []
+    assert order_release_remaining(order_id=order.id) == []
 
 
 def test_plan_ignores_orders_that_are_not_paid(customer):
     order = OrderFactory(organization=customer.organization)  # awaiting payment
-    assert services.order_plan(order_id=order.id) == []
+    assert order_plan(order_id=order.id) == []
     assert not Job.objects.exists()
 
 
 def test_cancelled_order_cancels_its_jobs(paid_order):
     with mock.patch("fleets.tasks.job_dispatch.delay"):
-        services.order_plan(order_id=paid_order.id)
+        order_plan(order_id=paid_order.id)
     # when
-    cancelled = services.order_cancel_jobs(order_id=paid_order.id)
+    cancelled = order_cancel_jobs(order_id=paid_order.id)
     # then
     assert cancelled == 4
     assert set(Job.objects.values_list("status", flat=True)) == {Job.Status.CANCELLED}

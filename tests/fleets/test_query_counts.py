@@ -6,8 +6,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from fleets import services
 from fleets.models import Job, Offer
+from fleets.services.dispatch import job_dispatch, offer_accept
+from fleets.services.planning import order_plan
 from orders.models import Order
 from tests.factories import FleetFactory, OrderFactory, RobotFactory, SiteFactory
 
@@ -27,14 +28,14 @@ def make_rows(organization, customer_org, n):
                 environments=1,
                 hours=Decimal("2"),
             )
-            services.order_plan(order_id=order.id)
-            services.job_dispatch(job_id=Job.objects.get(order=order).pk)
+            order_plan(order_id=order.id)
+            job_dispatch(job_id=Job.objects.get(order=order).pk)
     accepted = 0
     for offer in Offer.objects.filter(
         fleet__organization=organization, status=Offer.Status.PENDING
     ):
         if accepted < n:
-            services.offer_accept(organization=organization, offer_id=offer.pk)
+            offer_accept(organization=organization, offer_id=offer.pk)
             accepted += 1
 
 

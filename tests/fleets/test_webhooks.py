@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from fleets import services, webhooks
 from fleets.models import Job, WebhookDelivery
+from fleets.services.planning import order_plan
+from fleets.services.sweep import dispatch_sweep
+from fleets.services.webhooks import webhook_enqueue
+from marketplace import outbound_webhooks
 from marketplace.celery import app
 from orders.models import Order
 from tests.factories import OrderFactory, equipped_site
@@ -27,19 +30,19 @@ def documented_verify():
 
 def test_signature_verifies_with_the_documented_recipe():
     verify = documented_verify()
-    secret, body = "whsec_test", webhooks.encode_body({"type": "offer.created", "n": 1})
-    header = webhooks.signature_header(secret, body)
+    secret, body = "whsec_test", outbound_webhooks.encode_body({"type": "offer.created", "n": 1})
+    header = outbound_webhooks.signature_header(secret, body)
     # then
     assert verify(secret, header, body)
-    assert webhooks.verify_signature(secret, header, body)
+    assert outbound_webhooks.verify_signature(secret, header, body)
 
 
 def test_signature_fails_on_changed_body_old_timestamp_wrong_secret_or_garbage():
     verify = documented_verify()
     secret, body = "whsec_test", b'{"a":1}'
-    header = webhooks.signature_header(secret, body)
-    old = webhooks.signature_header(secret, body, timestamp=int(time.time()) - 301)
-    for check in (verify, webhooks.verify_signature):
+    header = outbound_webhooks.signature_header(secret, body)
+    old = outbound_webhooks.signature_header(secret, body, timestamp=int(time.time()) - 301)
+    for check in (verify, outbound_webhooks.verify_signature):
         assert not check(secret, header, b'{"a":2}')
         assert not check(secret, old, body)
         assert not check("whsec_other", header, body)
@@ -47,7 +50,7 @@ def test_signature_fails_on_changed_body_old_timestamp_wrong_secret_or_garbage()
 
 
 def test_backoff_doubles_and_is_capped():
-    assert [webhooks.backoff_seconds(n, base=10, cap=60) for n in range(1, 6)] == [
+    assert [outbound_webhooks.backoff_seconds(n, base=10, cap=60) for n in range(1, 6)] == [
         10,
         20,
         40,
@@ -116,7 +119,7 @@ def offer_to(site, customer, django_capture_on_commit_callbacks):
         hours=Decimal("2"),
     )
     with django_capture_on_commit_callbacks(execute=True):
-        services.order_plan(order_id=order.id)
+        order_plan(order_id=order.id)
     return Job.objects.get(order=order)
 
 
@@ -190,7 +193,7 @@ def test_sweeper_resends_deliveries_whose_message_was_lost(customer, fast_retrie
     site = equipped_site()
     site.fleet.webhook_url = "https://fleet.example.com/hooks"
     site.fleet.save()
-    delivery = services.webhook_enqueue(fleet=site.fleet, event_type="offer.created", data={})
+    delivery = webhook_enqueue(fleet=site.fleet, event_type="offer.created", data={})
     WebhookDelivery.objects.filter(pk=delivery.pk).update(
         created_at=timezone.now() - timedelta(hours=1)
     )
@@ -199,7 +202,7 @@ def test_sweeper_resends_deliveries_whose_message_was_lost(customer, fast_retrie
         from django.test import TestCase
 
         with TestCase.captureOnCommitCallbacks(execute=True):
-            result = services.dispatch_sweep()
+            result = dispatch_sweep()
     # then
     assert result.webhooks_resent == 1
     delay.assert_called_once_with(str(delivery.pk))

@@ -6,8 +6,9 @@ from unittest import mock
 import pytest
 from django.conf import settings
 
-from fleets import services, tasks
+from fleets import tasks
 from fleets.models import Job
+from fleets.services.planning import order_plan
 from marketplace.celery import app
 from marketplace.tenancy import Caller
 from orders.models import Order
@@ -52,7 +53,7 @@ def test_admin_dispatch_board_lists_flagged_jobs_and_redispatches(
         hours=Decimal("2"),
     )
     with django_capture_on_commit_callbacks(execute=True):
-        services.order_plan(order_id=order.id)
+        order_plan(order_id=order.id)
     job = Job.objects.get(order=order)
     assert job.status == Job.Status.FLAGGED
     client, staff = admin_client, admin_user

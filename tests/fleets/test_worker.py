@@ -14,8 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from fleets import services, webhooks
 from fleets.models import Assignment, Job, Offer, WebhookDelivery
+from fleets.services.dispatch import offer_accept
+from marketplace import outbound_webhooks
+from marketplace.errors import Conflict
 from marketplace.models import Organization
 from orders.models import Order
 from orders.services import order_mark_paid
@@ -110,7 +112,7 @@ def test_paid_order_is_planned_offered_accepted_and_assigned(make_worker, make_t
         )
         assert [a["status_code"] for a in delivery.attempts] == [500, 200]
         headers, body = receiver.requests[-1]
-        assert webhooks.verify_signature(
+        assert outbound_webhooks.verify_signature(
             hooked.webhook_secret, headers["X-Marketplace-Signature"], body
         )
     finally:
@@ -128,7 +130,7 @@ def test_sigkill_mid_dispatch_every_job_assigned_exactly_once(make_worker, make_
         for _ in range(8)
     ]
     # Each dispatch holds its transaction open a moment, so kills land mid-dispatch.
-    worker = make_worker(FLEETS_DISPATCH_FAULT_DELAY_SECONDS=0.25)
+    worker = make_worker(app="tests.celery_slow_dispatch", TEST_DISPATCH_DELAY_SECONDS=0.25)
     for order in orders:
         order_mark_paid(order_id=order.id, actor_label="test")
 
@@ -136,9 +138,9 @@ def test_sigkill_mid_dispatch_every_job_assigned_exactly_once(make_worker, make_
         accepted = 0
         for offer in Offer.objects.filter(job__order__in=orders, status=Offer.Status.PENDING):
             try:
-                services.offer_accept(organization=operator.organization, offer_id=offer.pk)
+                offer_accept(organization=operator.organization, offer_id=offer.pk)
                 accepted += 1
-            except services.Conflict:
+            except Conflict:
                 pass
         return accepted
 

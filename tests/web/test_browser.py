@@ -253,7 +253,7 @@ def test_fleet_operator_registers_a_fleet_and_accepts_an_offer(live_server, new_
     from django.utils import timezone
 
     from fleets.models import Fleet, Job, Offer
-    from fleets.services import order_plan
+    from fleets.services.planning import order_plan
     from marketplace.models import Organization
     from tests.factories import MembershipFactory, OrderFactory, OrganizationFactory, UserFactory
 

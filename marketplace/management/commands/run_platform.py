@@ -27,6 +27,9 @@ from django.core.management.base import BaseCommand
 
 from local_s3 import launcher
 
+# Every queue the platform routes tasks to (marketplace/celery.py).
+WORKER_QUEUES = "default,dispatch,qa,delivery,billing"
+
 LOCAL_S3_PORT = 9000
 
 
@@ -54,52 +57,11 @@ class Command(BaseCommand):
     def handle(
         self, *args, host, port, no_s3, s3_port, demo, once, defect_rate, timeout, **options
     ):
-        children: list[subprocess.Popen] = []
         env = dict(os.environ)
-        local_s3 = None
-        if not no_s3 and self._wants_local_s3():
-            local_s3 = launcher.start(
-                Path(settings.DATA_DIR) / "s3",
-                port=s3_port,
-                bucket=settings.S3_BUCKET,
-                access_key=settings.AWS_ACCESS_KEY_ID,
-                secret_key=settings.AWS_SECRET_ACCESS_KEY,
-            )
+        local_s3 = None if no_s3 or not self._wants_local_s3() else self._start_local_s3(s3_port)
+        if local_s3 is not None:
             env.update(local_s3.settings())
-            self.stdout.write(
-                f"local S3 server: {local_s3.endpoint_url} (data in {settings.DATA_DIR / 's3'})"
-            )
-        python = sys.executable
-        beat_schedule = Path(settings.DATA_DIR) / "celerybeat-schedule"
-        commands = {
-            "worker": [
-                python,
-                "-m",
-                "celery",
-                "-A",
-                "marketplace",
-                "worker",
-                "--loglevel",
-                "INFO",
-                "-Q",
-                "default,dispatch,qa,delivery,billing",
-                "-c",
-                "2",
-            ],
-            "beat": [
-                python,
-                "-m",
-                "celery",
-                "-A",
-                "marketplace",
-                "beat",
-                "--loglevel",
-                "INFO",
-                "--schedule",
-                str(beat_schedule),
-            ],
-            "web": [python, "manage.py", "runserver", f"{host}:{port}", "--noreload"],
-        }
+        children: list[subprocess.Popen] = []
         stopping = False
         return_code = 0
 
@@ -110,7 +72,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         try:
-            for name, command in commands.items():
+            for name, command in self._commands(host, port).items():
                 # Our own fixed commands (python -m celery / manage.py), no user input.
                 children.append(subprocess.Popen(command, cwd=settings.BASE_DIR, env=env))  # noqa: S603
                 self.stdout.write(f"started {name} (pid {children[-1].pid})")
@@ -131,26 +93,56 @@ class Command(BaseCommand):
                     return_code = code
                     stopping = True
             while not stopping:
-                for child in children:
-                    if child.poll() is not None:
-                        self.stderr.write(
-                            f"process {child.args[:4]} exited with {child.returncode}"
-                        )
-                        stopping = True
+                stopping = self._any_exited(children)
                 time.sleep(0.5)
         finally:
-            for child in children:
-                if child.poll() is None:
-                    child.terminate()
-            for child in children:
-                try:
-                    child.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    child.kill()
+            self._stop_all(children)
             if local_s3 is not None:
                 launcher.stop(local_s3)
         if return_code:
             sys.exit(return_code)
+
+    def _start_local_s3(self, port: int):
+        server = launcher.start(
+            Path(settings.DATA_DIR) / "s3",
+            port=port,
+            bucket=settings.S3_BUCKET,
+            access_key=settings.AWS_ACCESS_KEY_ID,
+            secret_key=settings.AWS_SECRET_ACCESS_KEY,
+        )
+        self.stdout.write(
+            f"local S3 server: {server.endpoint_url} (data in {settings.DATA_DIR / 's3'})"
+        )
+        return server
+
+    @staticmethod
+    def _commands(host: str, port: int) -> dict[str, list[str]]:
+        celery = [sys.executable, "-m", "celery", "-A", "marketplace"]
+        beat_schedule = Path(settings.DATA_DIR) / "celerybeat-schedule"
+        return {
+            "worker": [*celery, "worker", "--loglevel", "INFO", "-Q", WORKER_QUEUES, "-c", "2"],
+            "beat": [*celery, "beat", "--loglevel", "INFO", "--schedule", str(beat_schedule)],
+            "web": [sys.executable, "manage.py", "runserver", f"{host}:{port}", "--noreload"],
+        }
+
+    def _any_exited(self, children: list[subprocess.Popen]) -> bool:
+        exited = False
+        for child in children:
+            if child.poll() is not None:
+                self.stderr.write(f"process {child.args[:4]} exited with {child.returncode}")
+                exited = True
+        return exited
+
+    @staticmethod
+    def _stop_all(children: list[subprocess.Popen]) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.terminate()
+        for child in children:
+            try:
+                child.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                child.kill()
 
     def _demo(
         self, base_url: str, children: list, *, once: bool, defect_rate: float, timeout: float

@@ -1,0 +1,312 @@
+"""Refunds: requested once per business key, sent to Stripe once, booked when settled; and
+the refunds the platform owes by itself (the true-up at delivery, cancellations)."""
+
+import uuid
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.db import transaction
+
+from billing import stripe_gateway as gateway
+from billing import tasks
+from billing.error_codes import ErrorCode
+from billing.ledger import post_refund
+from billing.models import BillingFlag, Payment, Refund
+from billing.services.flags import flag_raise
+from billing.services.payments import (
+    lock_order_and_payment,
+    payments_cancel_open,
+    succeeded_payment,
+)
+from fleets.selectors import order_dispatched_hours
+from marketplace.audit import system_label
+from marketplace.errors import Conflict, ServiceError
+from marketplace.queueing import enqueue_on_commit
+from orders.models import Order, OrderEvent
+from orders.pricing import quantize_money
+from orders.services import order_mark_refunded
+
+SYSTEM = system_label("billing")
+ZERO = Decimal("0")
+# An order counts as dispatched (work handed to fleets) from collection onwards.
+DISPATCHED_STATES = frozenset(
+    {
+        Order.Status.IN_COLLECTION,
+        Order.Status.IN_REVIEW,
+        Order.Status.DELIVERED,
+        Order.Status.CLOSED,
+    }
+)
+
+
+def refund_request(
+    *,
+    payment_id,
+    amount: Decimal,
+    reason: str,
+    key: str,
+    note: str = "",
+    user=None,
+) -> Refund:
+    """Reserve a refund (never more than is refundable) and send it to Stripe after commit.
+
+    `key` names the business reason ("trueup:<order>", "staff:<uuid>"): the same key refunds
+    once, however often it is asked.
+    """
+    if isinstance(amount, float) or not isinstance(amount, Decimal):
+        raise TypeError("money is never a float")
+    with transaction.atomic():
+        order, payment = lock_order_and_payment(payment_id)
+        existing = Refund.objects.filter(key=key).first()
+        if existing is not None:
+            return existing
+        amount = quantize_money(amount, payment.currency)
+        if amount <= 0:
+            raise ServiceError("A refund must be more than zero.", fields={"amount": ["> 0"]})
+        if payment.status != Payment.Status.SUCCEEDED:
+            raise Conflict(
+                "Only a succeeded payment can be refunded.", code=ErrorCode.NOT_REFUNDABLE
+            )
+        if amount > payment.refundable:
+            raise Conflict(
+                f"At most {payment.refundable} {payment.currency} can still be refunded.",
+                code=ErrorCode.REFUND_EXCEEDS_PAYMENT,
+                fields={"amount": [f"At most {payment.refundable}."]},
+            )
+        refund = Refund.objects.create(
+            payment=payment,
+            order=order,
+            key=key,
+            reason=reason,
+            amount=amount,
+            currency=payment.currency,
+            note=note,
+            created_by=user,
+        )
+        payment.amount_refunded += amount
+        payment.save(update_fields=["amount_refunded", "updated_at"])
+        refund_id = str(refund.id)
+        enqueue_on_commit(tasks.refund_submit, refund_id)
+    return refund
+
+
+def refund_submit(*, refund_id) -> Refund:
+    """Send a pending refund to Stripe, exactly once.
+
+    The order, payment and refund stay locked during the call, so two workers running the
+    same task cannot both send it; the idempotency key (the refund's id) covers a response
+    lost on the way back. Stripe down: nothing changes here and the task retries.
+    """
+    with transaction.atomic():
+        payment_id = Refund.objects.values_list("payment_id", flat=True).get(pk=refund_id)
+        lock_order_and_payment(payment_id)
+        refund = Refund.objects.select_for_update().select_related("payment").get(pk=refund_id)
+        if refund.status != Refund.Status.PENDING or refund.stripe_refund_id:
+            return refund
+        try:
+            result = gateway.refund_create(
+                payment_intent_id=refund.payment.stripe_payment_intent_id,
+                amount=refund.amount,
+                currency=refund.currency,
+                metadata={
+                    "refund_id": str(refund.id),
+                    "order_id": str(refund.order_id),
+                    "payment_id": str(refund.payment_id),
+                },
+                idempotency_key=f"refund:{refund.id}",
+            )
+        except gateway.GatewayUnavailable:
+            raise  # stays pending; the task retries with the same key
+        except gateway.GatewayError as exc:
+            return refund_record_failure(refund_id=refund.id, message=str(exc))
+        return refund_record_success(
+            refund_id=refund.id, stripe_refund_id=result.id, settled=result.status == "succeeded"
+        )
+
+
+def refund_record_success(*, refund_id, stripe_refund_id: str, settled: bool = True) -> Refund:
+    with transaction.atomic():
+        payment_id = Refund.objects.values_list("payment_id", flat=True).get(pk=refund_id)
+        order, payment = lock_order_and_payment(payment_id)
+        refund = Refund.objects.select_for_update().get(pk=refund_id)
+        if refund.status != Refund.Status.PENDING:
+            return refund
+        refund.stripe_refund_id = stripe_refund_id
+        if not settled:
+            refund.save(update_fields=["stripe_refund_id", "updated_at"])
+            return refund
+        refund.status = Refund.Status.SUCCEEDED
+        refund.save(update_fields=["stripe_refund_id", "status", "updated_at"])
+        refund.payment = payment
+        post_refund(refund)
+        after_refund(order=order, payment=payment)
+    return refund
+
+
+def refund_record_failure(*, refund_id, message: str) -> Refund:
+    with transaction.atomic():
+        payment_id = Refund.objects.values_list("payment_id", flat=True).get(pk=refund_id)
+        order, payment = lock_order_and_payment(payment_id)
+        refund = Refund.objects.select_for_update().get(pk=refund_id)
+        if refund.status != Refund.Status.PENDING:
+            return refund
+        refund.status = Refund.Status.FAILED
+        refund.failure_message = message
+        refund.save(update_fields=["status", "failure_message", "updated_at"])
+        payment.amount_refunded -= refund.amount
+        payment.save(update_fields=["amount_refunded", "updated_at"])
+        flag_raise(
+            kind=BillingFlag.Kind.REFUND_FAILED,
+            dedupe_key=f"refund-failed:{refund.id}",
+            message=f"Stripe refused refund {refund.id} of {refund.amount} {refund.currency}: "
+            f"{message}",
+            order_id=order.id,
+            payment=payment,
+        )
+    return refund
+
+
+def after_refund(*, order: Order, payment: Payment) -> None:
+    fully = (
+        payment.amount_refunded >= payment.amount
+        and not payment.refunds.filter(status=Refund.Status.PENDING).exists()
+    )
+    if fully and order.status == Order.Status.CANCELLED:
+        order_mark_refunded(
+            order_id=order.id,
+            actor_label=SYSTEM,
+            reason="Payment refunded in full.",
+        )
+
+
+def prorata_refund(
+    *,
+    paid: Decimal,
+    currency: str,
+    hours_ordered: Decimal,
+    hours_kept: Decimal,
+    already_refunded: Decimal = ZERO,
+) -> Decimal:
+    """What to give back when only `hours_kept` of `hours_ordered` are charged for.
+
+    Pure and explicit so callers (delivery: accepted hours; cancellation: dispatched hours)
+    supply the hours they know. Never negative, never more than what is left to refund.
+    """
+    for value in (paid, hours_ordered, hours_kept, already_refunded):
+        if not isinstance(value, Decimal):
+            raise TypeError("money and hours are Decimal")
+    if hours_ordered <= 0:
+        raise ValueError("hours_ordered must be positive")
+    kept = min(max(hours_kept, ZERO), hours_ordered)
+    due = quantize_money(paid * (hours_ordered - kept) / hours_ordered, currency)
+    return max(ZERO, min(due, paid - already_refunded))
+
+
+@dataclass(frozen=True)
+class RefundPlan:
+    amount: Decimal
+    hours_kept: Decimal
+    why: str
+
+
+def _refund_or_flag(*, order: Order, plan: RefundPlan, key: str, reason: str) -> Refund | None:
+    if plan.amount <= 0:
+        return None
+    payment = succeeded_payment(order)
+    if payment is None:
+        if OrderEvent.objects.filter(order=order, to_status=Order.Status.PAID).exists():
+            flag_raise(
+                kind=BillingFlag.Kind.MANUAL_REFUND,
+                dedupe_key=f"manual-refund:{key}",
+                message=(
+                    f"Order {order.id} was paid outside Stripe; refund {plan.amount} "
+                    f"{order.currency} by hand ({plan.why})."
+                ),
+                order_id=order.id,
+            )
+        return None
+    amount = min(plan.amount, payment.refundable)
+    if amount <= 0:
+        return None
+    return refund_request(
+        payment_id=payment.id, amount=amount, reason=reason, key=key, note=plan.why
+    )
+
+
+def order_trueup(*, order_id) -> Refund | None:
+    """On delivery: refund, pro rata, the hours ordered that QA did not accept."""
+    order = Order.objects.get(pk=order_id)
+    if order.status not in (Order.Status.DELIVERED, Order.Status.CLOSED):
+        return None
+    payment = succeeded_payment(order)
+    paid = payment.amount if payment else order.total
+    amount = prorata_refund(
+        paid=paid,
+        currency=order.currency,
+        hours_ordered=order.hours,
+        hours_kept=order.accepted_hours,
+        already_refunded=payment.amount_refunded if payment else ZERO,
+    )
+    plan = RefundPlan(
+        amount=amount,
+        hours_kept=order.accepted_hours,
+        why=f"{order.accepted_hours} of {order.hours} h accepted",
+    )
+    return _refund_or_flag(
+        order=order, plan=plan, key=f"trueup:{order.id}", reason=Refund.Reason.TRUE_UP
+    )
+
+
+def _status_when_cancelled(order: Order) -> str | None:
+    event = (
+        OrderEvent.objects.filter(order=order, to_status=Order.Status.CANCELLED)
+        .order_by("-created_at", "-id")
+        .first()
+    )
+    return event.from_status if event else None
+
+
+def order_cancellation_refund(
+    *, order_id, dispatched_hours: Decimal | None = None
+) -> Refund | None:
+    """On cancellation: before dispatch refund in full, after it the undispatched part."""
+    order = Order.objects.get(pk=order_id)
+    if order.status not in (Order.Status.CANCELLED, Order.Status.REFUNDED):
+        return None
+    with transaction.atomic():
+        Order.objects.select_for_update().filter(pk=order.pk).first()
+        payments_cancel_open(order=order)
+    from_status = _status_when_cancelled(order)
+    if from_status in DISPATCHED_STATES:
+        if dispatched_hours is None:
+            dispatched_hours = order_dispatched_hours(order)
+        kept = dispatched_hours
+        why = f"cancelled after dispatch, {dispatched_hours} of {order.hours} h dispatched"
+    else:
+        kept = ZERO
+        why = f"cancelled before dispatch ({from_status})"
+    payment = succeeded_payment(order)
+    if payment is None:
+        return None
+    amount = prorata_refund(
+        paid=payment.amount,
+        currency=order.currency,
+        hours_ordered=order.hours,
+        hours_kept=kept,
+        already_refunded=payment.amount_refunded,
+    )
+    plan = RefundPlan(amount=amount, hours_kept=kept, why=why)
+    return _refund_or_flag(
+        order=order, plan=plan, key=f"cancel:{order.id}", reason=Refund.Reason.CANCELLATION
+    )
+
+
+def refund_by_staff(*, payment_id, amount: Decimal, note: str, user) -> Refund:
+    return refund_request(
+        payment_id=payment_id,
+        amount=amount,
+        reason=Refund.Reason.STAFF,
+        key=f"staff:{uuid.uuid4()}",
+        note=note,
+        user=user,
+    )

@@ -1,0 +1,91 @@
+"""The billing sweep (celery beat): re-run what a lost task or a down broker left behind."""
+
+from datetime import timedelta
+
+from django.db.models import F
+from django.utils import timezone
+
+from billing import tasks
+from billing.models import BillingFlag, Payment, Refund, WebhookEvent
+from billing.services.flags import flag_raise
+from marketplace.queueing import enqueue_or_leave_to_sweeper
+from orders.models import Order
+
+
+def billing_sweep(*, now=None) -> dict[str, int]:
+    """Re-run what a lost task or a down broker left behind (celery beat calls this)."""
+    now = now or timezone.now()
+    stale = now - timedelta(minutes=2)
+    events = list(
+        WebhookEvent.objects.filter(
+            status__in=[WebhookEvent.Status.RECEIVED, WebhookEvent.Status.FAILED],
+            received_at__lt=stale,
+        ).values_list("pk", flat=True)[:500]
+    )
+    for pk in events:
+        enqueue_or_leave_to_sweeper(tasks.webhook_event_process, str(pk))
+    for event in WebhookEvent.objects.filter(
+        status=WebhookEvent.Status.DEFERRED, received_at__lt=now - timedelta(days=1)
+    )[:100]:
+        flag_raise(
+            kind=BillingFlag.Kind.STUCK_EVENT,
+            dedupe_key=f"stuck:{event.stripe_event_id}",
+            message=f"Event {event.stripe_event_id} ({event.type}) still waits for "
+            f"{event.waiting_for} after a day.",
+            webhook_event=event,
+        )
+    refunds = list(
+        Refund.objects.filter(
+            status=Refund.Status.PENDING, stripe_refund_id__isnull=True, created_at__lt=stale
+        ).values_list("pk", flat=True)[:500]
+    )
+    for pk in refunds:
+        enqueue_or_leave_to_sweeper(tasks.refund_submit, str(pk))
+    # Delivered orders whose payables a lost task never recorded.
+    orders = list(
+        Order.objects.filter(
+            status__in=[Order.Status.DELIVERED, Order.Status.CLOSED],
+            updated_at__lt=stale,
+            jobs__accepted_seconds__gt=0,
+            jobs__payable__isnull=True,
+        )
+        .values_list("pk", flat=True)
+        .distinct()[:100]
+    )
+    for pk in orders:
+        enqueue_or_leave_to_sweeper(tasks.order_fleet_payables, str(pk))
+    # Cancelled or delivered orders (of the last two days) whose refund was never computed:
+    # the broker was down when the order changed state. Both tasks are idempotent (refund
+    # keys are unique), so an order that needs no refund is just looked at again.
+    recent = now - timedelta(days=2)
+    paid_orders = Order.objects.filter(
+        updated_at__lt=stale,
+        updated_at__gte=recent,
+        payments__status=Payment.Status.SUCCEEDED,
+    )
+    cancelled = list(
+        paid_orders.filter(status__in=[Order.Status.CANCELLED, Order.Status.REFUNDED])
+        .exclude(refunds__reason=Refund.Reason.CANCELLATION)
+        .values_list("pk", flat=True)
+        .distinct()[:100]
+    )
+    for pk in cancelled:
+        enqueue_or_leave_to_sweeper(tasks.order_cancellation_refund, str(pk))
+    short = list(
+        paid_orders.filter(
+            status__in=[Order.Status.DELIVERED, Order.Status.CLOSED],
+            accepted_hours__lt=F("hours"),
+        )
+        .exclude(refunds__reason=Refund.Reason.TRUE_UP)
+        .values_list("pk", flat=True)
+        .distinct()[:100]
+    )
+    for pk in short:
+        enqueue_or_leave_to_sweeper(tasks.order_trueup, str(pk))
+    return {
+        "events": len(events),
+        "refunds": len(refunds),
+        "payables": len(orders),
+        "cancellation_refunds": len(cancelled),
+        "trueups": len(short),
+    }

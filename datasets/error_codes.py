@@ -1,0 +1,29 @@
+"""The error codes datasets answers (see marketplace/error_codes.py)."""
+
+from django.db import models
+
+from marketplace.error_codes import register
+
+
+@register
+class ErrorCode(models.TextChoices):
+    ALREADY_REVIEWED = "already_reviewed", "The pilot was already reviewed."
+    DELIVERY_NOT_READY = "delivery_not_ready", "The delivery is not ready yet."
+    DELIVERY_REVOKED = "delivery_revoked", "The delivery was revoked: no new links are issued."
+    EPISODE_NOT_AWAITING_UPLOAD = (
+        "episode_not_awaiting_upload",
+        "The episode's file can no longer change.",
+    )
+    INVALID_DELIVERY_TRANSITION = (
+        "invalid_delivery_transition",
+        "The delivery's status does not allow this move.",
+    )
+    JOB_NOT_ACTIVE = (
+        "job_not_active",
+        "The job is not assigned or in progress: it takes no episodes.",
+    )
+    NOT_A_PILOT = "not_a_pilot", "Only a pilot delivery is reviewed."
+    STORAGE_UNAVAILABLE = (
+        "storage_unavailable",
+        "Object storage cannot be reached; nothing changed, retry.",
+    )

@@ -1,0 +1,342 @@
+"""Deliveries: open one when a phase is collected, assemble the LeRobot v3.0 dataset, tell the
+customer (email, webhook), and the customer's pilot review."""
+
+import tempfile
+from decimal import Decimal
+from pathlib import Path
+
+from django.conf import settings
+from django.core.mail import mail_admins, send_mail
+from django.db import transaction
+from django.utils import timezone
+
+from datasets import storage, tasks
+from datasets.error_codes import ErrorCode
+from datasets.lerobot import LeRobotWriter
+from datasets.models import DELIVERY_TRANSITIONS, Delivery, DeliveryFile, Episode
+from datasets.packaging import DatasetCardFacts, Provenance, upload_tree, write_delivery_files
+from datasets.services.downloads import customer_delivery
+from fleets.services.planning import order_release_remaining
+from marketplace.audit import actor_label, system_label
+from marketplace.errors import Conflict, invalid
+from marketplace.models import Membership
+from marketplace.queueing import enqueue_on_commit
+from marketplace.services import organization_webhook_enqueue
+from marketplace.tenancy import Caller
+from marketplace.transitions import require_transition
+from orders.models import Order
+from orders.services import order_mark_delivered, order_resume_collection
+
+SYSTEM = system_label("qa")
+
+
+def delivery_start(*, order_id, kind: str) -> Delivery:
+    """Open (once) the delivery of an order's pilot or full dataset; assembly runs after commit."""
+    with transaction.atomic():
+        order = Order.objects.select_for_update().get(pk=order_id)
+        existing = (
+            Delivery.objects.filter(order=order, kind=kind)
+            .exclude(status=Delivery.Status.FAILED)
+            .first()
+        )
+        if existing is not None:
+            return existing
+        delivery = Delivery(order=order, kind=kind)
+        delivery.prefix = f"deliveries/{order.id}/{delivery.id}"
+        if kind == Delivery.Kind.PILOT:
+            delivery.review = Delivery.Review.PENDING
+        delivery.save(force_insert=True)
+        # Broker down: an assembling delivery is queued again by delivery_sweep.
+        enqueue_on_commit(tasks.delivery_assemble, delivery.id)
+    return delivery
+
+
+def _delivery_episodes(delivery: Delivery):
+    episodes = Episode.objects.filter(order=delivery.order, status=Episode.Status.ACCEPTED)
+    if delivery.kind == Delivery.Kind.PILOT:
+        episodes = episodes.filter(job__is_pilot=True)
+    return episodes.select_related("site", "fleet").order_by("decided_at", "id")
+
+
+def _card_facts(
+    delivery: Delivery, episodes: list[Episode], frames: int, fps: int
+) -> DatasetCardFacts:
+    order = delivery.order
+    seconds = sum((e.duration_seconds for e in episodes), Decimal(0))
+    decided = Episode.objects.filter(
+        order=order, status__in=[Episode.Status.ACCEPTED, Episode.Status.REJECTED]
+    )
+    rejected = [e for e in decided if e.status == Episode.Status.REJECTED]
+    reasons: dict[str, int] = {}
+    for episode in rejected:
+        for failure in episode.qa_failures:
+            reasons[failure["code"]] = reasons.get(failure["code"], 0) + 1
+    provenance: dict[tuple, list[Episode]] = {}
+    for episode in episodes:
+        provenance.setdefault(
+            (episode.fleet.name, episode.site.name, episode.site.kind), []
+        ).append(episode)
+    return DatasetCardFacts(
+        title=(
+            f"{order.task_type.name}, {order.embodiment.name}"
+            f" ({delivery.get_kind_display().lower()})"
+        ),
+        task=order.task_type.name,
+        embodiment=order.embodiment.name,
+        robot_type=order.embodiment.slug,
+        fps=fps,
+        episodes=len(episodes),
+        frames=frames,
+        hours=(seconds / 3600).quantize(Decimal("0.001")),
+        environments=len({e.site_id for e in episodes}),
+        objects=len({name for e in episodes for name in e.objects_handled}),
+        operators=len({e.operator for e in episodes}),
+        success_rate=sum(e.success for e in episodes) / len(episodes),
+        qa_accepted=len(episodes),
+        qa_rejected=len(rejected),
+        qa_rejections_by_reason=reasons,
+        provenance=tuple(
+            Provenance(
+                fleet=fleet,
+                site=site,
+                site_kind=kind,
+                episodes=len(items),
+                hours=(sum((e.duration_seconds for e in items), Decimal(0)) / 3600).quantize(
+                    Decimal("0.001")
+                ),
+            )
+            for (fleet, site, kind), items in sorted(provenance.items())
+        ),
+        collected_from=min(e.created_at for e in episodes),
+        collected_to=max(e.decided_at for e in episodes),
+        order_id=str(order.id),
+    )
+
+
+def delivery_assemble(*, delivery_id) -> Delivery:
+    """Write the LeRobot v3.0 dataset, card and manifest to storage. Safe to run again: a
+    rerun rewrites the same keys from the same accepted episodes until it is marked ready."""
+    delivery = Delivery.objects.select_related("order__task_type", "order__embodiment").get(
+        pk=delivery_id
+    )
+    if delivery.status != Delivery.Status.ASSEMBLING:
+        return delivery
+    episodes = list(_delivery_episodes(delivery))
+    if not episodes:
+        return _delivery_fail(delivery, "No accepted episodes to deliver.")
+    fps_values = {e.fps for e in episodes}
+    if len(fps_values) > 1:
+        return _delivery_fail(
+            delivery, f"Episodes were recorded at several rates: {sorted(fps_values)}."
+        )
+    fps = fps_values.pop()
+    names = [f"joint_{i}" for i in range(delivery.order.embodiment.action_dim)]
+    with tempfile.TemporaryDirectory(prefix="delivery-") as tmp:
+        root = Path(tmp)
+        writer = LeRobotWriter(
+            root=root,
+            fps=fps,
+            robot_type=delivery.order.embodiment.slug,
+            state_names=names,
+            action_names=names,
+            data_file_size_limit=settings.DELIVERY_DATA_FILE_BYTES,
+        )
+        for episode in episodes:
+            writer.add_episode(
+                storage.RangeReader(episode.stored_key, size=episode.size_bytes),
+                task=episode.task_instruction,
+            )
+        writer.finish()
+        manifest = write_delivery_files(
+            root,
+            _card_facts(delivery, episodes, writer.total_frames, fps),
+            extra={
+                "order": str(delivery.order_id),
+                "delivery": str(delivery.id),
+                "kind": delivery.kind,
+            },
+        )
+        upload_tree(root, delivery.prefix)
+        manifest_size = (root / "manifest.json").stat().st_size
+    return _delivery_ready(delivery, manifest, manifest_size, episodes, writer.total_frames)
+
+
+class InvalidDeliveryTransition(Conflict):
+    code = ErrorCode.INVALID_DELIVERY_TRANSITION
+
+
+def delivery_move(delivery: Delivery, to_status: str) -> Delivery:
+    """Change a delivery's status by the map; the caller holds its row lock and saves it."""
+    require_transition(
+        transitions=DELIVERY_TRANSITIONS,
+        from_status=delivery.status,
+        to_status=to_status,
+        what="A delivery",
+        error=InvalidDeliveryTransition,
+    )
+    delivery.status = to_status
+    return delivery
+
+
+def _delivery_fail(delivery: Delivery, reason: str) -> Delivery:
+    with transaction.atomic():
+        delivery = Delivery.objects.select_for_update().get(pk=delivery.pk)
+        if delivery.status != Delivery.Status.ASSEMBLING:
+            return delivery
+        delivery_move(delivery, Delivery.Status.FAILED)
+        delivery.failure_reason = reason
+        delivery.save(update_fields=["status", "failure_reason"])
+    mail_admins(
+        f"Delivery {delivery.id} failed", f"Order {delivery.order_id}: {reason}", fail_silently=True
+    )
+    return delivery
+
+
+def _delivery_ready(
+    delivery, manifest: dict, manifest_size: int, episodes, frames: int
+) -> Delivery:
+    with transaction.atomic():
+        delivery = Delivery.objects.select_for_update().get(pk=delivery.pk)
+        if delivery.status != Delivery.Status.ASSEMBLING:
+            return delivery
+        DeliveryFile.objects.filter(delivery=delivery).delete()
+        DeliveryFile.objects.bulk_create(
+            [
+                DeliveryFile(
+                    delivery=delivery, path=f["path"], size_bytes=f["size"], sha256=f["sha256"]
+                )
+                for f in manifest["files"]
+            ]
+            + [DeliveryFile(delivery=delivery, path="manifest.json", size_bytes=manifest_size)]
+        )
+        delivery_move(delivery, Delivery.Status.READY)
+        delivery.ready_at = timezone.now()
+        delivery.episodes = len(episodes)
+        delivery.frames = frames
+        delivery.seconds = sum((e.duration_seconds for e in episodes), Decimal(0))
+        delivery.save()
+        if delivery.kind == Delivery.Kind.FULL:
+            order_mark_delivered(
+                order_id=delivery.order_id,
+                actor_label=SYSTEM,
+                reason=f"Dataset delivered: {delivery.episodes} episodes, {delivery.seconds} s.",
+            )
+        enqueue_on_commit(tasks.delivery_notify, delivery.id)
+        _webhook_record(delivery)
+    return delivery
+
+
+def delivery_notify(*, delivery_id) -> int:
+    """Tell the customer's owners and members by email that a delivery is ready, once: the row
+    lock and `notified_at` make a repeated task (redelivery, delivery_sweep) send nothing."""
+    with transaction.atomic():
+        delivery = (
+            Delivery.objects.select_for_update(of=("self",))
+            .select_related("order__organization")
+            .get(pk=delivery_id)
+        )
+        if delivery.notified_at is not None or delivery.status != Delivery.Status.READY:
+            return 0
+        recipients = sorted(
+            Membership.objects.filter(organization=delivery.order.organization)
+            .exclude(user__email="")
+            .values_list("user__email", flat=True)
+        )
+        what = (
+            "pilot dataset (please review it)"
+            if delivery.kind == Delivery.Kind.PILOT
+            else "dataset"
+        )
+        sent = 0
+        if recipients:
+            sent = send_mail(
+                subject=f"Your {what} for order {delivery.order_id} is ready",
+                message=(
+                    f"{delivery.episodes} episodes,"
+                    f" {(delivery.seconds / 3600).quantize(Decimal('0.01'))} h.\n"
+                    "Download it from the order's page or "
+                    f"GET /api/v1/deliveries/{delivery.id}/files."
+                ),
+                from_email=None,
+                recipient_list=recipients,
+                fail_silently=True,
+            )
+        delivery.notified_at = timezone.now()
+        delivery.save(update_fields=["notified_at"])
+    return sent
+
+
+def delivery_webhook_record(*, delivery_id) -> bool:
+    """Record (once) the customer's `delivery.ready` event; it is sent after commit. For a
+    ready delivery whose event a lost message never recorded (delivery_sweep)."""
+    with transaction.atomic():
+        delivery = (
+            Delivery.objects.select_for_update(of=("self",))
+            .select_related("order__organization")
+            .get(pk=delivery_id)
+        )
+        return _webhook_record(delivery)
+
+
+def _webhook_record(delivery: Delivery) -> bool:
+    """The caller holds the delivery's row lock."""
+    organization = delivery.order.organization
+    if delivery.webhook_attempted_at is not None or not organization.webhook_url:
+        return False
+    organization_webhook_enqueue(
+        organization=organization,
+        event_type="delivery.ready",
+        data={
+            "order": str(delivery.order_id),
+            "delivery": str(delivery.id),
+            "kind": delivery.kind,
+            "episodes": delivery.episodes,
+            "seconds": str(delivery.seconds),
+            "files": f"/api/v1/deliveries/{delivery.id}/files",
+        },
+    )
+    delivery.webhook_attempted_at = timezone.now()
+    delivery.save(update_fields=["webhook_attempted_at"])
+    return True
+
+
+def pilot_review(*, caller: Caller, delivery_id, approve: bool, reason: str = "") -> Delivery:
+    """The customer approves the pilot (the rest of the order is dispatched) or rejects it
+    (the reason is kept and staff are told; they settle the order with the customer)."""
+    with transaction.atomic():
+        delivery = customer_delivery(
+            organization=caller.organization, delivery_id=delivery_id, lock=True
+        )
+        if delivery.kind != Delivery.Kind.PILOT:
+            raise Conflict("Only a pilot delivery is reviewed.", code=ErrorCode.NOT_A_PILOT)
+        if delivery.status != Delivery.Status.READY:
+            raise Conflict("The pilot is not ready yet.", code=ErrorCode.DELIVERY_NOT_READY)
+        if delivery.review != Delivery.Review.PENDING:
+            raise Conflict(
+                f"This pilot was already {delivery.review}.", code=ErrorCode.ALREADY_REVIEWED
+            )
+        if not approve and not reason.strip():
+            raise invalid("reason", "Say why the pilot is rejected.")
+        if "\x00" in reason:  # the web form passes it raw; PostgreSQL refuses it (was a 500)
+            raise invalid("reason", "Null characters are not allowed.")
+        delivery.review = Delivery.Review.APPROVED if approve else Delivery.Review.REJECTED
+        delivery.review_reason = reason.strip()
+        delivery.reviewed_at = timezone.now()
+        delivery.save(update_fields=["review", "review_reason", "reviewed_at"])
+        if approve:
+            order_resume_collection(
+                order_id=delivery.order_id,
+                caller=caller,
+                reason="Pilot approved; the rest of the order is dispatched.",
+            )
+            order_release_remaining(order_id=delivery.order_id, actor_label=actor_label(caller))
+        else:
+            transaction.on_commit(
+                lambda: mail_admins(
+                    f"Pilot rejected for order {delivery.order_id}",
+                    f"Delivery {delivery.id} rejected by {actor_label(caller)}:"
+                    f" {delivery.review_reason}",
+                    fail_silently=True,
+                )
+            )
+    return delivery

@@ -1,0 +1,243 @@
+"""Episodes arrive: a fleet registers one, uploads its bytes straight to storage, completes."""
+
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from datasets import storage, tasks
+from datasets.error_codes import ErrorCode
+from datasets.models import Episode
+from fleets.models import Job, Robot
+from fleets.services.jobs import job_report_progress
+from marketplace.errors import Conflict, NotFound, ServiceUnavailable, invalid
+from marketplace.models import Organization
+from marketplace.queueing import enqueue_on_commit
+
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+OPERATOR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+WORKING_JOB_STATES = (Job.Status.ASSIGNED, Job.Status.IN_PROGRESS)
+
+
+@dataclass(frozen=True)
+class EpisodeRegistration:
+    site_id: uuid.UUID
+    robot_id: uuid.UUID
+    operator: str
+    task_instruction: str
+    success: bool
+    fps: int
+    size_bytes: int
+    sha256: str
+    objects_handled: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class UploadPart:
+    part_number: int
+    url: str
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class UploadInstructions:
+    """How to send the bytes: one PUT, or multipart parts then `complete` with their ETags."""
+
+    method: str  # "single" or "multipart"
+    expires_at: datetime
+    url: str = ""
+    headers: dict | None = None
+    part_size: int = 0
+    parts: tuple[UploadPart, ...] = ()
+
+
+def _upload_key(episode: Episode) -> str:
+    attempt = uuid.uuid4().hex[:12]
+    return (
+        f"orders/{episode.order_id}/jobs/{episode.job_id}/episodes/{episode.id}/"
+        f"upload-{attempt}.parquet"
+    )
+
+
+def stored_key_for(episode: Episode) -> str:
+    return f"orders/{episode.order_id}/jobs/{episode.job_id}/episodes/{episode.id}/episode.parquet"
+
+
+def _validate(registration: EpisodeRegistration) -> None:
+    if not OPERATOR.match(registration.operator or ""):
+        raise invalid("operator", "A pseudonym of 1-64 letters, digits, '.', '_' or '-'.")
+    if not (registration.task_instruction or "").strip():
+        raise invalid("task_instruction", "Say what the operator was asked to do.")
+    if not (1 <= registration.fps <= settings.EPISODE_MAX_FPS):
+        raise invalid("fps", f"Between 1 and {settings.EPISODE_MAX_FPS}.")
+    if not (1 <= registration.size_bytes <= settings.EPISODE_MAX_BYTES):
+        raise invalid("size_bytes", f"Between 1 and {settings.EPISODE_MAX_BYTES} bytes.")
+    if not SHA256_HEX.match(registration.sha256 or ""):
+        raise invalid("sha256", "64 lowercase hexadecimal characters (SHA-256 of the file).")
+    if len(registration.objects_handled) > 50 or any(
+        not (1 <= len(name) <= 100) for name in registration.objects_handled
+    ):
+        raise invalid("objects_handled", "Up to 50 object names of 1-100 characters.")
+
+
+def episode_register(
+    *, organization: Organization, job_id, registration: EpisodeRegistration
+) -> tuple[Episode, UploadInstructions]:
+    """A fleet announces an episode of a job it holds and gets where to upload it."""
+    _validate(registration)
+    job = (
+        Job.objects.select_related("fleet", "site")
+        .filter(pk=job_id, fleet__organization=organization)
+        .first()
+    )
+    if job is None:
+        raise NotFound("Job not found.")
+    if job.status not in WORKING_JOB_STATES:
+        raise Conflict(
+            f"Episodes are taken only for assigned jobs; this one is {job.status}.",
+            code=ErrorCode.JOB_NOT_ACTIVE,
+        )
+    if registration.site_id != job.site_id:
+        raise invalid("site", "Episodes of this job are collected at the job's site.")
+    # One dataset has one frame rate: the order's first episode sets it.
+    other_fps = (
+        Episode.objects.filter(order_id=job.order_id)
+        .exclude(fps=registration.fps)
+        .values_list("fps", flat=True)
+        .first()
+    )
+    if other_fps is not None:
+        raise invalid("fps", f"This order's episodes are recorded at {other_fps} fps.")
+    robot = Robot.objects.filter(pk=registration.robot_id, site_id=job.site_id).first()
+    if robot is None:
+        raise invalid("robot", "Not a robot of the job's site.")
+    if robot.embodiment_id != job.embodiment_id:
+        raise invalid("robot", "This robot's embodiment is not the one the order asks for.")
+    with transaction.atomic():
+        # Registering is also a heartbeat: the job is being worked on.
+        job_report_progress(organization=organization, job_id=job.id)
+        episode = Episode(
+            job=job,
+            order_id=job.order_id,
+            fleet_id=job.fleet_id,
+            site_id=job.site_id,
+            robot=robot,
+            operator=registration.operator,
+            task_instruction=registration.task_instruction.strip(),
+            success=registration.success,
+            objects_handled=sorted(set(registration.objects_handled)),
+            fps=registration.fps,
+            size_bytes=registration.size_bytes,
+            sha256=registration.sha256,
+        )
+        episode.upload_key = _upload_key(episode)
+        instructions = _upload_instructions(episode)
+        episode.save(force_insert=True)
+    return episode, instructions
+
+
+def _storage_unavailable(exc: Exception) -> ServiceUnavailable:
+    return ServiceUnavailable(
+        f"Storage cannot be reached right now; nothing was changed, try again shortly. ({exc})",
+        code=ErrorCode.STORAGE_UNAVAILABLE,
+    )
+
+
+def _upload_instructions(episode: Episode) -> UploadInstructions:
+    try:
+        return _upload_instructions_from_storage(episode)
+    except storage.StorageError as exc:  # storage refused or is down: not the caller's fault
+        raise _storage_unavailable(exc) from exc
+
+
+def _upload_instructions_from_storage(episode: Episode) -> UploadInstructions:
+    expires_in = settings.S3_UPLOAD_URL_EXPIRY_SECONDS
+    expires_at = timezone.now() + timezone.timedelta(seconds=expires_in)
+    if episode.size_bytes < settings.EPISODE_MULTIPART_THRESHOLD_BYTES:
+        request = storage.presigned_put(
+            key=episode.upload_key,
+            content_length=episode.size_bytes,
+            sha256_hex=episode.sha256,
+            expires_in=expires_in,
+        )
+        episode.multipart_upload_id = ""
+        return UploadInstructions(
+            method="single", expires_at=expires_at, url=request.url, headers=request.headers
+        )
+    part_size = settings.EPISODE_MULTIPART_PART_BYTES
+    episode.multipart_upload_id = storage.multipart_start(key=episode.upload_key)
+    parts = []
+    for index, start in enumerate(range(0, episode.size_bytes, part_size), start=1):
+        length = min(part_size, episode.size_bytes - start)
+        request = storage.presigned_part_put(
+            key=episode.upload_key,
+            upload_id=episode.multipart_upload_id,
+            part_number=index,
+            content_length=length,
+            expires_in=expires_in,
+        )
+        parts.append(UploadPart(part_number=index, url=request.url, headers=request.headers))
+    return UploadInstructions(
+        method="multipart", expires_at=expires_at, part_size=part_size, parts=tuple(parts)
+    )
+
+
+def _own_episode_locked(*, organization: Organization, episode_id) -> Episode:
+    episode = (
+        Episode.objects.select_for_update()
+        .filter(pk=episode_id, fleet__organization=organization)
+        .first()
+    )
+    if episode is None:
+        raise NotFound("Episode not found.")
+    return episode
+
+
+def episode_renew_upload(*, organization: Organization, episode_id) -> UploadInstructions:
+    """New upload URL(s), to a fresh key, while the episode still waits for its bytes."""
+    with transaction.atomic():
+        episode = _own_episode_locked(organization=organization, episode_id=episode_id)
+        if episode.status != Episode.Status.REGISTERED:
+            raise Conflict(
+                f"This episode is {episode.status}: its file can no longer change.",
+                code=ErrorCode.EPISODE_NOT_AWAITING_UPLOAD,
+            )
+        episode.upload_key = _upload_key(episode)
+        instructions = _upload_instructions(episode)
+        episode.save(update_fields=["upload_key", "multipart_upload_id"])
+    return instructions
+
+
+def episode_complete(
+    *, organization: Organization, episode_id, parts: list[dict] | None = None
+) -> Episode:
+    """The fleet says the bytes are up: finish a multipart upload if any, queue QA."""
+    with transaction.atomic():
+        episode = _own_episode_locked(organization=organization, episode_id=episode_id)
+        if episode.status != Episode.Status.REGISTERED:
+            return episode  # completing twice is harmless
+        if episode.multipart_upload_id:
+            if not parts:
+                raise invalid("parts", "A multipart upload completes with its parts and ETags.")
+            try:
+                storage.multipart_complete(
+                    key=episode.upload_key,
+                    upload_id=episode.multipart_upload_id,
+                    parts=[{"PartNumber": p["part_number"], "ETag": p["etag"]} for p in parts],
+                )
+            except storage.StorageUnavailable as exc:
+                raise _storage_unavailable(exc) from exc
+            except storage.StorageError as exc:
+                raise invalid(
+                    "parts", f"The storage refused to complete the upload: {exc}"
+                ) from exc
+        episode.status = Episode.Status.UPLOADED
+        episode.uploaded_at = timezone.now()
+        episode.save(update_fields=["status", "uploaded_at"])
+        # Broker down: the episode stays "uploaded" and qa_sweep queues its QA later.
+        enqueue_on_commit(tasks.qa_episode, episode.id)
+    return episode

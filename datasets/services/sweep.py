@@ -1,0 +1,63 @@
+"""What celery beat re-queues from the database: work a lost message (the broker was down when
+it was published) or a worker that died past its retries left undone. Every task it queues is
+idempotent, so queueing one twice does no harm."""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from datasets import tasks
+from datasets.models import Delivery, Episode
+from datasets.services.deliveries import delivery_webhook_record
+from marketplace import outbound_webhooks
+from marketplace import tasks as marketplace_tasks
+from marketplace.models import OrganizationWebhookDelivery
+from marketplace.queueing import enqueue_or_leave_to_sweeper
+from marketplace.services import organization_webhook_policy
+
+
+def qa_sweep() -> int:
+    """QA of episodes uploaded long ago and still undecided. Returns how many were queued."""
+    cutoff = timezone.now() - timedelta(seconds=settings.EPISODE_QA_STALE_SECONDS)
+    stale = Episode.objects.filter(status=Episode.Status.UPLOADED, uploaded_at__lt=cutoff)
+    ids = list(stale.values_list("id", flat=True)[:1000])
+    for episode_id in ids:
+        enqueue_or_leave_to_sweeper(tasks.qa_episode, str(episode_id))
+    return len(ids)
+
+
+def delivery_sweep() -> int:
+    """- assembly of deliveries still assembling long after they were opened;
+    - the ready email and the customer webhook event of deliveries ready for a while (within
+      DELIVERY_NOTIFY_WITHIN_SECONDS) that never had them;
+    - customer webhook events whose sending message was lost.
+    Returns how many were queued."""
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=settings.DELIVERY_ASSEMBLY_STALE_SECONDS)
+    stale = Delivery.objects.filter(status=Delivery.Status.ASSEMBLING, created_at__lt=cutoff)
+    assembling = list(stale.values_list("id", flat=True)[:100])
+    for delivery_id in assembling:
+        enqueue_or_leave_to_sweeper(tasks.delivery_assemble, str(delivery_id))
+    ready = Delivery.objects.filter(
+        status=Delivery.Status.READY,
+        ready_at__lt=cutoff,
+        ready_at__gte=now - timedelta(seconds=settings.DELIVERY_NOTIFY_WITHIN_SECONDS),
+    )
+    unannounced = list(ready.filter(notified_at=None).values_list("id", flat=True)[:100])
+    for delivery_id in unannounced:
+        enqueue_or_leave_to_sweeper(tasks.delivery_notify, str(delivery_id))
+    unhooked = list(
+        ready.filter(webhook_attempted_at=None)
+        .exclude(order__organization__webhook_url="")
+        .values_list("id", flat=True)[:100]
+    )
+    recorded = sum(delivery_webhook_record(delivery_id=delivery_id) for delivery_id in unhooked)
+    stuck = outbound_webhooks.deliveries_stuck(
+        model=OrganizationWebhookDelivery, policy=organization_webhook_policy(), now=now
+    )
+    for delivery_id in stuck:
+        enqueue_or_leave_to_sweeper(
+            marketplace_tasks.organization_webhook_deliver, str(delivery_id)
+        )
+    return len(assembling) + len(unannounced) + recorded + len(stuck)

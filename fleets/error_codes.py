@@ -1,0 +1,23 @@
+"""The error codes fleets answers (see marketplace/error_codes.py)."""
+
+from django.db import models
+
+from marketplace.error_codes import register
+
+
+@register
+class ErrorCode(models.TextChoices):
+    BID_EXISTS = "bid_exists", "The fleet already has an open bid on this job."
+    INVALID_JOB_TRANSITION = "invalid_job_transition", "The job's status does not allow this move."
+    JOB_NOT_OFFERED = "job_not_offered", "The job is no longer on offer."
+    NOT_A_FLEET_OPERATOR = "not_a_fleet_operator", "Only fleet-operator organizations can do this."
+    NOT_ELIGIBLE = (
+        "not_eligible",
+        "The site is not eligible for the job (capabilities, diversity, capacity).",
+    )
+    OFFER_EXPIRED = "offer_expired", "The offer has expired."
+    OFFER_NOT_PENDING = "offer_not_pending", "The offer was already answered, expired or withdrawn."
+    UNKNOWN_EMBODIMENT = "unknown_embodiment", "No active embodiment has this slug."
+    UNKNOWN_END_EFFECTOR = "unknown_end_effector", "No such end effector."
+    UNKNOWN_SENSOR = "unknown_sensor", "A sensor add-on is not in the catalog."
+    UNKNOWN_SITE_KIND = "unknown_site_kind", "No such site kind."

@@ -1,0 +1,145 @@
+"""A job's life: the one transition function, progress reports, staff moves, cancellation."""
+
+from decimal import Decimal
+
+from django.db import transaction
+from django.utils import timezone
+
+from fleets import tasks
+from fleets.error_codes import ErrorCode
+from fleets.models import (
+    JOB_HOLDING_STATES,
+    JOB_TRANSITIONS,
+    Assignment,
+    Bid,
+    Fleet,
+    Job,
+    JobEvent,
+    Offer,
+)
+from fleets.services.webhooks import webhook_enqueue
+from marketplace.audit import system_label
+from marketplace.errors import Conflict, NotFound, invalid
+from marketplace.models import Organization
+from marketplace.queueing import enqueue_on_commit
+from marketplace.transitions import require_transition
+
+SYSTEM = system_label("dispatcher")
+
+
+class InvalidJobTransition(Conflict):
+    code = ErrorCode.INVALID_JOB_TRANSITION
+
+
+def job_move(
+    *, job: Job, to_status: str, reason: str = "", actor_label: str = SYSTEM, fleet=None
+) -> Job:
+    """Change a job's status by the map, with its audit event; the caller holds the job's
+    row lock (the one place a job's status changes)."""
+    from_status = job.status
+    if from_status == to_status:
+        return job
+    require_transition(
+        transitions=JOB_TRANSITIONS,
+        from_status=from_status,
+        to_status=to_status,
+        what="A job",
+        error=InvalidJobTransition,
+    )
+    job.status = to_status
+    if to_status not in JOB_HOLDING_STATES and to_status != Job.Status.COMPLETED:
+        job.fleet = None
+        job.site = None
+    job.save()
+    JobEvent.objects.create(
+        job=job,
+        from_status=from_status,
+        to_status=to_status,
+        fleet=fleet or job.fleet,
+        actor_label=actor_label,
+        reason=reason,
+    )
+    return job
+
+
+def job_transition(*, job_id, to_status: str, reason: str = "", actor_label: str = SYSTEM) -> Job:
+    """The public way to move a job by hand (staff tools): lock, check the map, audit."""
+    if to_status not in Job.Status.values:
+        raise invalid("status", f"Unknown job status {to_status!r}.")
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        return job_move(job=job, to_status=to_status, reason=reason, actor_label=actor_label)
+
+
+def job_report_progress(
+    *, organization: Organization, job_id, progress_hours: Decimal | None = None
+) -> Job:
+    """Heartbeat and progress of a held job; the first report starts it."""
+    now = timezone.now()
+    with transaction.atomic():
+        job = (
+            Job.objects.select_for_update()
+            .filter(
+                pk=job_id,
+                fleet__organization=organization,
+                status__in=[Job.Status.ASSIGNED, Job.Status.IN_PROGRESS],
+            )
+            .first()
+        )
+        if job is None:
+            raise NotFound("Job not found.")
+        if progress_hours is not None:
+            if progress_hours < 0 or progress_hours > job.target_hours:
+                raise invalid("progress_hours", f"Between 0 and {job.target_hours}.")
+            job.progress_hours = progress_hours
+        job.last_heartbeat_at = now
+        Fleet.objects.filter(pk=job.fleet_id).update(last_heartbeat_at=now)
+        if job.status == Job.Status.ASSIGNED:
+            job_move(job=job, to_status=Job.Status.IN_PROGRESS, reason="Collection started.")
+        else:
+            job.save()
+    return job
+
+
+def job_redispatch(*, job_id, actor_label: str) -> Job:
+    """Staff: send a flagged (or open) job through dispatch again."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if job.status == Job.Status.FLAGGED:
+            job_move(
+                job=job,
+                to_status=Job.Status.OPEN,
+                reason="Re-dispatch by staff.",
+                actor_label=actor_label,
+            )
+        elif job.status != Job.Status.OPEN:
+            raise Conflict(f"Only flagged or open jobs can be re-dispatched, not {job.status}.")
+        enqueue_on_commit(tasks.job_dispatch, str(job.pk))
+    return job
+
+
+def order_cancel_jobs(*, order_id) -> int:
+    """The order was cancelled: cancel its unfinished jobs and tell the fleets holding them."""
+    cancelled = 0
+    with transaction.atomic():
+        jobs = Job.objects.select_for_update().filter(order_id=order_id).order_by("pk")
+        for job in jobs:
+            if job.status in (Job.Status.COMPLETED, Job.Status.CANCELLED):
+                continue
+            fleet = job.fleet
+            Offer.objects.filter(job=job, status=Offer.Status.PENDING).update(
+                status=Offer.Status.WITHDRAWN
+            )
+            Assignment.objects.filter(job=job, active=True).update(
+                active=False, ended_at=timezone.now(), end_reason="Order cancelled."
+            )
+            Bid.objects.filter(job=job, status=Bid.Status.OPEN).update(status=Bid.Status.LOST)
+            job_move(job=job, to_status=Job.Status.CANCELLED, reason="Order cancelled.")
+            if fleet is not None:
+                webhook_enqueue(
+                    fleet=fleet,
+                    event_type="job.cancelled",
+                    data={"job_id": str(job.pk), "reason": "order_cancelled"},
+                )
+            cancelled += 1
+    return cancelled

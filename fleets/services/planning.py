@@ -1,0 +1,156 @@
+"""Planning: a paid order's hours become jobs (environments first, then job-sized chunks)."""
+
+import math
+from datetime import UTC, datetime, timedelta
+from datetime import time as dtime
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from fleets import tasks
+from fleets.models import EndEffector, Job, JobEvent, SiteKind
+from fleets.services.jobs import SYSTEM, job_move
+from marketplace.queueing import enqueue_on_commit
+from orders.models import Order
+from orders.services import order_start_collection
+
+# Orders carry no end effector: it follows from the embodiment they ask for.
+EMBODIMENT_END_EFFECTOR = {"dexterous-hand": EndEffector.DEXTEROUS_HAND}
+# Site kinds where a task category makes sense; a category not listed accepts any kind.
+CATEGORY_SITE_KINDS = {
+    "household": [SiteKind.KITCHEN, SiteKind.HOUSEHOLD, SiteKind.OFFICE],
+    "logistics": [SiteKind.WAREHOUSE_SHELF, SiteKind.RETAIL_AISLE, SiteKind.PRODUCTION_LINE],
+    "assembly": [SiteKind.LAB_BENCH, SiteKind.PRODUCTION_LINE],
+}
+
+
+def _split_cents(total_cents: int, parts: int) -> list[int]:
+    base, extra = divmod(total_cents, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def plan_hours(
+    *, hours: Decimal, environments: int, pilot_hours: Decimal | None, max_job_hours: Decimal
+) -> list[tuple[int, bool, Decimal]]:
+    """(environment_index, is_pilot, hours) per job. Pure: the rules of planning in one place.
+
+    The pilot (if any) is collected in environment 0; the rest of the hours are split evenly
+    over all environments, then each environment's share into jobs of at most max_job_hours.
+    """
+    max_cents = int(max_job_hours * 100)
+    plan: list[tuple[int, bool, Decimal]] = []
+
+    def chunks(env: int, cents: int, pilot: bool) -> None:
+        if cents <= 0:
+            return
+        for part in _split_cents(cents, math.ceil(cents / max_cents)):
+            plan.append((env, pilot, Decimal(part) / 100))
+
+    pilot_cents = int((pilot_hours or Decimal(0)) * 100)
+    chunks(0, pilot_cents, True)
+    rest = int(hours * 100) - pilot_cents
+    for env, cents in enumerate(_split_cents(rest, environments)):
+        chunks(env, cents, False)
+    return plan
+
+
+def _job_deadline(order: Order) -> datetime:
+    if order.deadline is not None:
+        return datetime.combine(order.deadline, dtime(23, 59, 59), tzinfo=UTC)
+    return timezone.now() + timedelta(days=order.rate_card.standard_lead_days)
+
+
+def order_plan(*, order_id) -> list:
+    """Split a paid order into jobs (once), move it to collection, dispatch its open jobs.
+
+    Safe to run again: jobs are created only the first time; every run re-enqueues the
+    dispatch of open jobs (a crash between commit and enqueue loses nothing).
+    """
+    with transaction.atomic():
+        order = (
+            Order.objects.select_for_update()
+            .select_related("task_type", "rate_card")
+            .filter(pk=order_id)
+            .first()
+        )
+        if order is None or order.status not in (Order.Status.PAID, Order.Status.IN_COLLECTION):
+            return []
+        if not order.jobs.exists():
+            deadline = _job_deadline(order)
+            end_effector = EMBODIMENT_END_EFFECTOR.get(
+                order.embodiment.slug, EndEffector.PARALLEL_GRIPPER
+            )
+            site_kinds = [str(k) for k in CATEGORY_SITE_KINDS.get(order.task_type.category, [])]
+            plan = plan_hours(
+                hours=order.hours,
+                environments=order.environments,
+                pilot_hours=order.pilot_hours,
+                max_job_hours=Decimal(settings.FLEETS_MAX_JOB_HOURS),
+            )
+            has_pilot = any(pilot for _, pilot, _ in plan)
+            jobs = Job.objects.bulk_create(
+                [
+                    Job(
+                        order=order,
+                        sequence=sequence,
+                        environment_index=env,
+                        is_pilot=pilot,
+                        embodiment_id=order.embodiment_id,
+                        end_effector=end_effector,
+                        sensor_slugs=list(order.sensor_slugs),
+                        site_kinds=site_kinds,
+                        target_hours=hours,
+                        deadline=deadline,
+                        status=Job.Status.HELD if has_pilot and not pilot else Job.Status.OPEN,
+                    )
+                    for sequence, (env, pilot, hours) in enumerate(plan, start=1)
+                ]
+            )
+            JobEvent.objects.bulk_create(
+                [
+                    JobEvent(
+                        job=job,
+                        from_status="",
+                        to_status=job.status,
+                        actor_label=SYSTEM,
+                        reason="Planned (pilot)." if job.is_pilot else "Planned.",
+                    )
+                    for job in jobs
+                ]
+            )
+        if order.status == Order.Status.PAID:
+            order_start_collection(
+                order_id=order.id, actor_label=SYSTEM, reason="Jobs planned and dispatched."
+            )
+        open_ids = [
+            str(pk)
+            for pk in order.jobs.filter(status=Job.Status.OPEN)
+            .order_by("sequence")
+            .values_list("pk", flat=True)
+        ]
+        for job_id in open_ids:
+            enqueue_on_commit(tasks.job_dispatch, job_id)
+    return open_ids
+
+
+def order_release_remaining(*, order_id, actor_label: str = SYSTEM) -> list:
+    """The customer approved the pilot: open the held jobs and dispatch them."""
+    with transaction.atomic():
+        Order.objects.select_for_update().filter(pk=order_id).first()
+        released = []
+        for job in (
+            Job.objects.select_for_update()
+            .filter(order_id=order_id, status=Job.Status.HELD)
+            .order_by("pk")
+        ):
+            job_move(
+                job=job,
+                to_status=Job.Status.OPEN,
+                reason="Pilot approved.",
+                actor_label=actor_label,
+            )
+            released.append(str(job.pk))
+            enqueue_on_commit(tasks.job_dispatch, str(job.pk))
+    return released

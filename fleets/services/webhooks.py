@@ -1,0 +1,36 @@
+"""Events to fleets (offer.created, job.assigned, job.cancelled, offer.expired): recorded in
+the transaction that causes them, sent after commit by marketplace.outbound_webhooks."""
+
+from django.conf import settings
+
+from fleets import tasks
+from fleets.models import Fleet, WebhookDelivery
+from marketplace import outbound_webhooks
+from marketplace.queueing import enqueue_on_commit
+
+
+def webhook_policy() -> outbound_webhooks.RetryPolicy:
+    return outbound_webhooks.RetryPolicy(
+        max_attempts=settings.FLEETS_WEBHOOK_MAX_ATTEMPTS,
+        backoff_seconds=settings.FLEETS_WEBHOOK_BACKOFF_SECONDS,
+        backoff_max_seconds=settings.FLEETS_WEBHOOK_BACKOFF_MAX_SECONDS,
+        timeout_seconds=settings.FLEETS_WEBHOOK_TIMEOUT_SECONDS,
+    )
+
+
+def webhook_enqueue(*, fleet: Fleet, event_type: str, data: dict) -> WebhookDelivery | None:
+    """Record an event for a fleet and send it after commit (no URL: nothing to send)."""
+    if not fleet.webhook_url:
+        return None
+    delivery = outbound_webhooks.delivery_record(
+        model=WebhookDelivery, url=fleet.webhook_url, event_type=event_type, data=data, fleet=fleet
+    )
+    enqueue_on_commit(tasks.webhook_deliver, delivery.pk)
+    return delivery
+
+
+def webhook_attempt(*, delivery_id) -> outbound_webhooks.AttemptOutcome:
+    """One HTTP attempt (outside any transaction), then log it on the delivery."""
+    return outbound_webhooks.delivery_attempt(
+        model=WebhookDelivery, delivery_id=delivery_id, policy=webhook_policy()
+    )
