@@ -1,8 +1,9 @@
 """What every page shares: who may open it, and rendering with the caller for the navigation.
 
-`organization_page` guards customer and account pages, `fleet_page` the fleet portal; both put
-the caller (organization and role) on `request.caller`. `render_page` is `render()` plus that
-caller, which portal/base.html needs for its navigation.
+`organization_page` guards customer and account pages, `fleet_page` (the same guard for
+fleet operators) the fleet portal; both put the caller (organization and role) on
+`request.caller`. `render_page` is `render()` plus that caller, which portal/base.html needs
+for its navigation.
 """
 
 from functools import wraps
@@ -11,10 +12,17 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import render
 
-from marketplace.models import Membership
+from marketplace.models import Membership, Organization
 from marketplace.tenancy import caller_for_request
 
+# Roles the pages ask for (the same as the API's): place and cancel orders, review pilots;
+# change fleets, sites and robots and answer offers.
+CAN_ORDER = (Membership.Role.OWNER, Membership.Role.MEMBER)
 CAN_MANAGE_FLEETS = (Membership.Role.OWNER, Membership.Role.MEMBER)
+WRONG_KIND = {
+    Organization.Kind.CUSTOMER: "These pages are for customer organizations.",
+    Organization.Kind.FLEET_OPERATOR: "These pages are for fleet operator organizations.",
+}
 
 
 def render_page(request, template: str, context: dict | None = None, status: int = 200):
@@ -40,7 +48,7 @@ def organization_page(*, kind: str | None = None, roles: tuple[str, ...] = ()):
             if caller.organization is None:
                 raise PermissionDenied("Your account does not belong to an organization yet.")
             if kind is not None and caller.organization.kind != kind:
-                raise PermissionDenied("These pages are for customer organizations.")
+                raise PermissionDenied(WRONG_KIND[kind])
             if roles and not caller.has_role(*roles):
                 raise PermissionDenied("Your role in this organization does not allow this.")
             request.caller = caller
@@ -52,25 +60,8 @@ def organization_page(*, kind: str | None = None, roles: tuple[str, ...] = ()):
 
 
 def fleet_page(*, manage: bool = False):
-    """Signed-in members of a fleet-operator organization only (owners/members to change).
-
-    Anonymous visitors go to the login page; customers get the 403 page saying why.
-    """
-
-    def decorator(view):
-        @wraps(view)
-        @login_required
-        def wrapped(request, *args, **kwargs):
-            caller = caller_for_request(request)
-            if caller.organization is None:
-                raise PermissionDenied("Your account does not belong to an organization yet.")
-            if not caller.is_fleet_operator:
-                raise PermissionDenied("These pages are for fleet operator organizations.")
-            if manage and not caller.has_role(*CAN_MANAGE_FLEETS):
-                raise PermissionDenied("Your role in this organization does not allow this.")
-            request.caller = caller
-            return view(request, *args, **kwargs)
-
-        return wrapped
-
-    return decorator
+    """The fleet portal's pages: members of a fleet-operator organization (owners and members
+    to change anything); customers get the 403 page saying why."""
+    return organization_page(
+        kind=Organization.Kind.FLEET_OPERATOR, roles=CAN_MANAGE_FLEETS if manage else ()
+    )

@@ -10,10 +10,9 @@ from django.views.decorators.http import require_GET, require_POST
 from datasets import selectors, services
 from marketplace.errors import NotFound, ServiceError
 from marketplace.models import Membership, Organization
-from portal.shell import organization_page
+from portal.shell import CAN_ORDER, organization_page
 
 CUSTOMER = Organization.Kind.CUSTOMER
-CAN_ORDER = (Membership.Role.OWNER, Membership.Role.MEMBER)
 JOB_PAGE_EPISODES = 200
 
 

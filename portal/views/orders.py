@@ -18,7 +18,7 @@ from django.views.decorators.http import require_POST
 
 from datasets import selectors as dataset_selectors
 from marketplace.errors import ServiceError
-from marketplace.models import Membership, Organization
+from marketplace.models import Organization
 from orders import services
 from orders.models import (
     CUSTOMER_CANCELLABLE,
@@ -30,12 +30,11 @@ from orders.models import (
 )
 from orders.selectors import order_list, quote_visible_to, rate_card_current
 from portal.forms.orders import DatasetRequestForm, OrderCancelForm, OrderDetailsForm
-from portal.shell import organization_page, render_page
+from portal.shell import CAN_ORDER, organization_page, render_page
 from portal.views.billing import order_payment_section
 from portal.views.deliveries import order_quality_section
 
 CUSTOMER = Organization.Kind.CUSTOMER
-CAN_ORDER = (Membership.Role.OWNER, Membership.Role.MEMBER)
 ORDERS_PER_PAGE = 25
 
 # The usual path of an order, for the timeline's steps (cancel/refund are shown as events).
