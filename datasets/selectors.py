@@ -6,7 +6,7 @@ from decimal import Decimal
 
 from django.db.models import Avg, Count, Q, QuerySet, Sum
 
-from datasets.models import Episode
+from datasets.models import Delivery, Episode
 from fleets.models import Job
 from marketplace.models import Organization
 from orders.models import Order
@@ -164,3 +164,18 @@ def order_environment_hours(order: Order) -> list[Decimal]:
         if row["environment_index"] < len(hours):
             hours[row["environment_index"]] = Decimal(row["seconds"] or 0) / HOUR
     return hours
+
+
+def order_deliveries(*, order: Order) -> QuerySet[Delivery]:
+    """An order's deliveries (pilot and final) with their files, for the order page."""
+    return Delivery.objects.filter(order=order).prefetch_related("files")
+
+
+def deliveries_of(*, organization: Organization) -> QuerySet[Delivery]:
+    """Deliveries of a customer's orders; another organization's do not exist for them."""
+    return Delivery.objects.filter(order__organization=organization)
+
+
+def job_episodes(*, job: Job) -> QuerySet[Episode]:
+    """A job's episodes, newest first (the fleet operator's job page)."""
+    return Episode.objects.filter(job=job).order_by("-created_at", "-id")

@@ -28,9 +28,18 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.db import connection
-from django.db.models import DecimalField, ExpressionWrapper, F, Q, QuerySet, Sum
+from django.db.models import Count, DecimalField, ExpressionWrapper, F, Q, QuerySet, Sum
 
-from fleets.models import JOB_HOLDING_STATES, Assignment, Fleet, Job, Offer, Robot, Site
+from fleets.models import (
+    JOB_HOLDING_STATES,
+    Assignment,
+    Fleet,
+    Job,
+    JobEvent,
+    Offer,
+    Robot,
+    Site,
+)
 from marketplace.models import Organization
 
 SECONDS_PER_WEEK = Decimal(7 * 24 * 3600)
@@ -218,3 +227,31 @@ def order_dispatched_hours(order) -> Decimal:
         "hours"
     ]
     return total or Decimal("0")
+
+
+def fleet_overview(*, organization: Organization) -> QuerySet[Fleet]:
+    """An operator's fleets, each with its number of sites, robots and pending offers."""
+    return fleets_for(organization=organization).annotate(
+        site_count=Count("sites", distinct=True),
+        robot_count=Count("robots", distinct=True),
+        pending_offers=Count(
+            "offers", filter=Q(offers__status=Offer.Status.PENDING), distinct=True
+        ),
+    )
+
+
+def fleet_sites(*, organization: Organization, fleet: Fleet) -> QuerySet[Site]:
+    """A fleet's sites, each with its number of robots."""
+    return (
+        sites_for(organization=organization)
+        .filter(fleet=fleet)
+        .annotate(robot_count=Count("robots"))
+    )
+
+
+def job_events_visible_to(*, organization: Organization, job: Job) -> QuerySet[JobEvent]:
+    """A job's timeline as its operator sees it: their own events and the system's, never
+    another fleet's (who else was offered the job is not theirs to know)."""
+    return JobEvent.objects.filter(job=job).filter(
+        Q(fleet__isnull=True) | Q(fleet__organization=organization)
+    )

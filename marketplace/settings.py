@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "fleets",
     "datasets",
     "billing",
+    "portal",  # the web pages: above the domain apps, imported by none of them
 ]
 
 MIDDLEWARE = [
@@ -82,7 +83,6 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "marketplace.context_processors.portal_links",
             ],
         },
     },
@@ -317,11 +317,6 @@ EPISODE_MIN_SECONDS = float(os.environ.get("EPISODE_MIN_SECONDS", "1"))
 EPISODE_MAX_SECONDS = float(os.environ.get("EPISODE_MAX_SECONDS", "3600"))
 # Uploaded episodes still undecided after this long get their QA queued again.
 EPISODE_QA_STALE_SECONDS = int(os.environ.get("EPISODE_QA_STALE_SECONDS", "900"))
-# The customer's order page: per-environment accepted hours and the QA/deliveries section.
-ORDER_ENVIRONMENT_HOURS = "datasets.selectors.order_environment_hours"
-ORDER_PAGE_SECTIONS = ["datasets.web.order_quality_and_deliveries"]
-# The fleet operator's job page: the job's episodes with their QA status and reasons.
-JOB_PAGE_SECTIONS = ["datasets.web.job_episodes"]
 # Deliveries: data files roll over at this size; signed download links live this long.
 DELIVERY_DATA_FILE_BYTES = int(os.environ.get("DELIVERY_DATA_FILE_BYTES", str(100 * 1024**2)))
 DELIVERY_LINK_EXPIRY_SECONDS = int(os.environ.get("DELIVERY_LINK_EXPIRY_SECONDS", "300"))
@@ -350,15 +345,6 @@ BILLING_CHECKOUT_SUCCESS_URL = os.environ.get(
 BILLING_CHECKOUT_CANCEL_URL = os.environ.get(
     "BILLING_CHECKOUT_CANCEL_URL", BILLING_SITE_URL + "/orders/{order_id}/?payment=cancelled"
 )
-# Web: the order page's payment section (Pay with card) and the fleet portal's earnings page.
-ORDER_PAGE_SECTIONS = [*ORDER_PAGE_SECTIONS, "billing.web.order_payment_section"]
-FLEET_PORTAL_LINKS = [
-    {
-        "label": "Earnings",
-        "url_name": "fleet-earnings-page",
-        "description": "What each job earned your fleets, and the payouts to your bank account.",
-    }
-]
 CELERY_BEAT_SCHEDULE["billing-sweep"] = {"task": "billing.tasks.billing_sweep", "schedule": 300.0}
 # Fleet payouts: on the 1st of each month (UTC); staff can also run them from the admin.
 from celery.schedules import crontab  # noqa: E402  (kept inside the billing block)

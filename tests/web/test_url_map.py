@@ -1,6 +1,6 @@
 """Every portal page, for every kind of visitor: 200 for the right user, 302 to the login page
 for anonymous visitors, 404 for another organization's objects, 403 for the wrong kind of
-organization. A guard test keeps this table in step with the URL map."""
+organization. Guard tests keep this table in step with the URL map, and every page in portal/."""
 
 from decimal import Decimal
 from urllib.parse import urlsplit
@@ -78,6 +78,21 @@ def test_the_table_covers_every_portal_url():
     covered = set(PUBLIC) | set(CUSTOMER_PAGES) | set(OWNER_PAGES) | set(POST_ONLY) | NOT_PAGES
     covered |= set(FLEET_PAGES) | set(FLEET_POST_ONLY)
     assert set(_all_names()) - covered == set()
+
+
+# Named URLs outside /api/ and /admin/ that are not pages, wired by marketplace/urls.py itself
+NOT_PORTAL = {"healthz", "readyz", "stripe-webhook", "schema", "api-docs"}
+
+
+def test_every_web_page_is_served_by_the_portal():
+    from portal import urls as portal_urls
+
+    portal_names = {pattern.name for pattern in portal_urls.urlpatterns}
+    assert set(_all_names()) - portal_names == NOT_PORTAL
+    for pattern in portal_urls.urlpatterns:
+        # the portal's own views, or Django's login and logout views
+        module = pattern.callback.__module__
+        assert module.startswith(("portal.views.", "django.contrib.auth.")), pattern.name
 
 
 @pytest.fixture

@@ -1,0 +1,57 @@
+"""Every web page's URL (server-rendered, session auth), included at the site root by
+marketplace/urls.py. The API, the admin, probes and the Stripe webhook are wired there."""
+
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from portal.views import accounts, billing, deliveries, fleet, orders
+
+urlpatterns = [
+    # Accounts: home, sign up, log in and out, API keys (owners)
+    path("", accounts.home, name="home"),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("signup/", accounts.signup, name="signup"),
+    path("account/api-keys/", accounts.api_keys, name="api-keys"),
+    path(
+        "account/api-keys/<uuid:pk>/revoke/",
+        accounts.api_key_revoke,
+        name="api-key-revoke-page",
+    ),
+    # Customers: catalog, pricing, the order wizard, orders
+    path("catalog/", orders.catalog, name="catalog"),
+    path("pricing/", orders.price_calculator, name="pricing"),
+    path("orders/", orders.order_list_page, name="order-list-page"),
+    path("orders/new/", orders.order_new, name="order-new"),
+    path("orders/new/<uuid:quote_id>/", orders.order_new_quote, name="order-new-quote"),
+    path("orders/<uuid:pk>/", orders.order_detail, name="order-detail-page"),
+    path("orders/<uuid:pk>/cancel/", orders.order_cancel, name="order-cancel-page"),
+    path("orders/<uuid:pk>/pay/", billing.order_pay_page, name="order-pay-page"),
+    # Customers: deliveries (audited downloads, pilot review, revocation)
+    path(
+        "deliveries/<uuid:pk>/download/",
+        deliveries.delivery_download_page,
+        name="delivery-download-page",
+    ),
+    path("deliveries/<uuid:pk>/review/", deliveries.pilot_review_page, name="pilot-review-page"),
+    path(
+        "deliveries/<uuid:pk>/revoke/",
+        deliveries.delivery_revoke_page,
+        name="delivery-revoke-page",
+    ),
+    # Fleet operators: fleets, sites, robots, offers, jobs, earnings
+    path("fleet/", fleet.fleet_overview, name="fleet-overview-page"),
+    path("fleet/fleets/new/", fleet.fleet_new, name="fleet-new-page"),
+    path("fleet/fleets/<uuid:pk>/", fleet.fleet_detail, name="fleet-detail-page"),
+    path("fleet/fleets/<uuid:pk>/edit/", fleet.fleet_edit, name="fleet-edit-page"),
+    path("fleet/fleets/<uuid:pk>/sites/new/", fleet.site_new, name="site-new-page"),
+    path("fleet/fleets/<uuid:pk>/robots/new/", fleet.robot_new, name="robot-new-page"),
+    path("fleet/sites/<uuid:pk>/edit/", fleet.site_edit, name="site-edit-page"),
+    path("fleet/robots/<uuid:pk>/edit/", fleet.robot_edit, name="robot-edit-page"),
+    path("fleet/offers/", fleet.offer_list, name="offer-list-page"),
+    path("fleet/offers/<uuid:pk>/accept/", fleet.offer_accept, name="offer-accept-page"),
+    path("fleet/offers/<uuid:pk>/decline/", fleet.offer_decline, name="offer-decline-page"),
+    path("fleet/jobs/", fleet.job_list, name="job-list-page"),
+    path("fleet/jobs/<uuid:pk>/", fleet.job_detail, name="job-detail-page"),
+    path("fleet/earnings/", billing.fleet_earnings_page, name="fleet-earnings-page"),
+]
