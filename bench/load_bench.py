@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,7 +140,7 @@ def seed_world() -> dict:
                             objects_handled=[rng.choice(["peg-a", "peg-b", "peg-c"])],
                             fps=30,
                             size_bytes=1_000_000,
-                            sha256="0" * 64,
+                            sha256=f"{uuid.uuid4().hex}{e:032x}",  # distinct files
                             upload_key=f"load/{job.id}/{e}",
                             status=Episode.Status.ACCEPTED if accepted else "rejected",
                             frames=1800 if accepted else None,
@@ -198,6 +199,7 @@ def queries_per_request(world: dict) -> dict[str, int]:
         "fps": 30,
         "size_bytes": 1000,
         "sha256": "0" * 64,
+        "frames": 30,
     }
     order = customer["orders_in_collection"][0]
     calls = {

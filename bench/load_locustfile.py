@@ -167,6 +167,7 @@ class BenchUser(FastHttpUser):
                 "fps": 30,
                 "size_bytes": size,
                 "sha256": hashlib.sha256(str(size).encode()).hexdigest(),
+                "frames": 30,
             },
             expected=201,
         )

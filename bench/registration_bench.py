@@ -88,6 +88,7 @@ def main() -> int:
                 "fps": 30,
                 "size_bytes": 123456,
                 "sha256": hashlib.sha256(b"x").hexdigest(),
+                "frames": 30,
             }
         )
         with gunicorn(env) as port:

@@ -276,6 +276,10 @@ class BillingFlag(models.Model):
         NO_PAYOUT_ACCOUNT = "no_payout_account", "A fleet is owed money but has no payout account"
         PAYOUT_FAILED = "payout_failed", "Stripe refused a payout transfer"
         PAYABLE_UNRECORDED = "payable_unrecorded", "Accepted hours could not become a payable"
+        PAYABLES_EXCEED_REVENUE = (
+            "payables_exceed_revenue",
+            "Fleet payables exceed what the customer paid: payouts held",
+        )
 
     kind = models.CharField(max_length=30, choices=Kind.choices)
     dedupe_key = models.CharField(max_length=255, unique=True)
@@ -386,10 +390,12 @@ class Payout(models.Model):
 
 
 class FleetPayable(models.Model):
-    """What one job earned its fleet: accepted hours x the fleet's rate, recorded once per job.
+    """What one job earned its fleet: accepted hours (at most the job's target) x the rate agreed
+    when the fleet took the job (its assignment's), recorded once per job.
 
     `customer_amount` is the part of the customer's payment for those hours; the platform's
-    margin is the difference. Unpaid while `payout` is empty or its payout is not `paid`.
+    margin is the difference. Unpaid while `payout` is empty or its payout is not `paid`; a
+    payable with a `hold_reason` is never paid out automatically (staff release it).
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -404,6 +410,8 @@ class FleetPayable(models.Model):
     payout = models.ForeignKey(
         Payout, null=True, blank=True, on_delete=models.PROTECT, related_name="payables"
     )
+    hold_reason = models.TextField(blank=True)
+    hold_released_at = models.DateTimeField(null=True, blank=True)  # staff reviewed: payable
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

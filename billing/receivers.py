@@ -10,6 +10,8 @@ from orders import signals
 
 def on_order_cancelled(sender, order_id, **kwargs) -> None:
     enqueue_or_leave_to_sweeper(tasks.order_cancellation_refund, str(order_id))
+    # Work fleets did before the cancellation is paid (accepted time only).
+    enqueue_or_leave_to_sweeper(tasks.order_fleet_payables, str(order_id))
 
 
 def on_order_delivered(sender, order_id, **kwargs) -> None:

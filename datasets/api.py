@@ -38,6 +38,9 @@ class EpisodeRegisterSerializer(serializers.Serializer):
     fps = serializers.IntegerField(min_value=1, max_value=1000)
     size_bytes = serializers.IntegerField(min_value=1)
     sha256 = serializers.RegexField(r"^[0-9a-f]{64}$", help_text="SHA-256 of the file, hex.")
+    frames = serializers.IntegerField(
+        min_value=1, max_value=10_000_000, help_text="Rows of the file (frames / fps = seconds)."
+    )
     objects_handled = serializers.ListField(
         child=serializers.CharField(max_length=100), required=False, default=list, max_length=50
     )
@@ -53,6 +56,7 @@ class EpisodeRegisterSerializer(serializers.Serializer):
             fps=data["fps"],
             size_bytes=data["size_bytes"],
             sha256=data["sha256"],
+            frames=data["frames"],
             objects_handled=tuple(data["objects_handled"]),
         )
 

@@ -10,6 +10,14 @@ class ErrorCode(models.TextChoices):
     ALREADY_REVIEWED = "already_reviewed", "The pilot was already reviewed."
     DELIVERY_NOT_READY = "delivery_not_ready", "The delivery is not ready yet."
     DELIVERY_REVOKED = "delivery_revoked", "The delivery was revoked: no new links are issued."
+    DUPLICATE_EPISODE = (
+        "duplicate_episode",
+        "The same file was already uploaded or accepted in this order.",
+    )
+    JOB_FULLY_BOOKED = (
+        "job_fully_booked",
+        "The job's remaining time is covered by episodes already on the way.",
+    )
     EPISODE_NOT_AWAITING_UPLOAD = (
         "episode_not_awaiting_upload",
         "The episode's file can no longer change.",

@@ -35,12 +35,21 @@ class Episode(models.Model):
     # fleet sends later can change what was checked and accepted.
     upload_key = models.CharField(max_length=400)
     multipart_upload_id = models.CharField(max_length=400, blank=True)
+    upload_expires_at = models.DateTimeField(null=True, blank=True)  # of the latest upload URLs
     stored_key = models.CharField(max_length=400, blank=True)
 
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.REGISTERED)
     qa_failures = models.JSONField(default=list, blank=True)  # [{"code", "message"}]
     qa_bytes_read = models.BigIntegerField(null=True, blank=True)
     qa_runs = models.PositiveIntegerField(default=0)
+    # A QA run in progress (set when it starts, cleared when it decides or fails transiently);
+    # a run that never finished (its worker died) counts in qa_unfinished_runs, and after
+    # EPISODE_QA_MAX_ATTEMPTS of them the episode is rejected instead of looping.
+    qa_started_at = models.DateTimeField(null=True, blank=True)
+    qa_unfinished_runs = models.PositiveSmallIntegerField(default=0)
+    # Frames the fleet declared at registration (QA checks the file has exactly these), so a
+    # job's in-flight episodes are bounded by its remaining time before any byte is sent.
+    declared_frames = models.PositiveIntegerField(null=True, blank=True)
     frames = models.PositiveIntegerField(null=True, blank=True)
     duration_seconds = models.DecimalField(max_digits=12, decimal_places=3, null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -58,6 +67,12 @@ class Episode(models.Model):
                 condition=~models.Q(status="accepted")
                 | models.Q(duration_seconds__gt=0, frames__gt=0),
                 name="episode_accepted_has_duration",
+            ),
+            # The same file is paid and delivered once per order.
+            models.UniqueConstraint(
+                fields=["order", "sha256"],
+                condition=models.Q(status="accepted"),
+                name="episode_accepted_once_per_order",
             ),
         ]
         indexes = [

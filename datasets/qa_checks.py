@@ -7,12 +7,17 @@ The episode file format (README, "Episode file format"): one parquet file per ep
     frame_index        int32|int64, 0..n-1
 Extra columns (other sensors) are allowed and never read by QA.
 
-QA reads the parquet footer first and then only the four columns above, row group by row
-group, through byte ranges (storage.RangeReader), so memory stays bounded and skipped
-columns are never downloaded. Every failure has a machine-readable code and a message.
+QA reads the parquet footer first and then only the four columns above, in bounded batches,
+through byte ranges (storage.RangeReader), so skipped columns are never downloaded. Whatever
+a file claims, QA stays within limits (QALimits): the footer's size is read from its last
+8 bytes before the footer itself; row count, row groups, columns and the decoded size of the
+checked columns are refused from the footer before any data is decoded; decoding stops at a
+deadline. (datasets/qa_sandbox.py adds a memory ceiling around all of it.) Every failure has
+a machine-readable code and a message.
 """
 
 import math
+import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -46,6 +51,32 @@ class Reason:
     NON_FINITE = "non_finite"
     DURATION_OUT_OF_BOUNDS = "duration_out_of_bounds"
     STORAGE_ERROR = "storage_error"
+    # Limits: refused from the footer, before any data is decoded (as is a row count beyond
+    # the longest duration allowed: DURATION_OUT_OF_BOUNDS).
+    FOOTER_TOO_LARGE = "footer_too_large"
+    TOO_MANY_ROW_GROUPS = "too_many_row_groups"
+    TOO_MANY_COLUMNS = "too_many_columns"
+    DATA_TOO_LARGE = "data_too_large"
+    QA_TIME_LIMIT = "qa_time_limit"
+    QA_MEMORY_LIMIT = "qa_memory_limit"
+    QA_FAILED = "qa_failed"
+    # Countable: the file is fine, but it cannot count (datasets/services/qa.py).
+    DUPLICATE = "duplicate"
+    SURPLUS = "surplus"
+    JOB_CANCELLED = "job_cancelled"
+    UPLOAD_ABANDONED = "upload_abandoned"
+
+
+@dataclass(frozen=True)
+class QALimits:
+    """What QA spends on one file at most, whatever the file claims (settings EPISODE_QA_*)."""
+
+    max_footer_bytes: int = 1024 * 1024
+    max_row_groups: int = 512
+    max_columns: int = 256
+    max_decoded_bytes: int = 1024**3  # checked columns, uncompressed, as the footer declares
+    batch_rows: int = 65536
+    seconds: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +91,11 @@ class EpisodeExpectation:
     max_duration_seconds: float = 3600.0
     fps_tolerance: float = 0.05  # relative
     min_frames: int = 2
+    declared_frames: int | None = None  # rows the fleet said the file has (registration)
+
+    @property
+    def max_frames(self) -> int:
+        return math.floor(self.fps * self.max_duration_seconds) + 1
 
 
 @dataclass(frozen=True)
@@ -87,7 +123,9 @@ class QAResult:
         self.failures.append(QAFailure(code, message))
 
 
-def check_stored_episode(key: str, expected: EpisodeExpectation) -> QAResult:
+def check_stored_episode(
+    key: str, expected: EpisodeExpectation, limits: QALimits | None = None
+) -> QAResult:
     """All checks on an uploaded object: presence, size, checksum, then the file itself."""
     result = QAResult()
     try:
@@ -109,16 +147,20 @@ def check_stored_episode(key: str, expected: EpisodeExpectation) -> QAResult:
         result.fail(Reason.CHECKSUM_MISMATCH, "The file's SHA-256 differs from the declared one.")
         return result
     reader = storage.RangeReader(key, size=info.size)
-    check_episode_file(reader, expected, result)
+    check_episode_file(reader, expected, result, limits=limits)
     result.bytes_read = reader.bytes_read
     return result
 
 
 def check_episode_file(
-    source, expected: EpisodeExpectation, result: QAResult | None = None
+    source, expected: EpisodeExpectation, result: QAResult | None = None, *, limits=None
 ) -> QAResult:
     """Checks of the parquet content; `source` is a path or a seekable binary file."""
     result = result or QAResult()
+    limits = limits or QALimits()
+    deadline = time.monotonic() + limits.seconds
+    if not _footer_within_limit(source, limits, result):
+        return result
     try:
         parquet = pq.ParquetFile(source)
     except (pa.ArrowInvalid, pa.ArrowException, OSError, ValueError) as exc:
@@ -133,13 +175,21 @@ def check_episode_file(
     if frames < expected.min_frames:
         result.fail(Reason.FRAME_COUNT, f"{frames} frames; at least {expected.min_frames} needed.")
         return result
+    if not _layout_within_limits(parquet, expected, limits, result):
+        return result
 
     scan = _Scan(expected=expected, result=result)
     try:
-        for group in range(parquet.num_row_groups):
-            scan.feed(parquet.read_row_group(group, columns=list(QA_COLUMNS)))
+        for batch in parquet.iter_batches(batch_size=limits.batch_rows, columns=list(QA_COLUMNS)):
+            scan.feed(pa.Table.from_batches([batch]))
             if len(result.failures) >= 5:
                 break  # enough to tell the fleet what is wrong
+            if time.monotonic() > deadline:
+                result.fail(
+                    Reason.QA_TIME_LIMIT,
+                    f"Checking the file took longer than {limits.seconds:g} s; it was stopped.",
+                )
+                return result
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
         result.fail(Reason.NOT_PARQUET, f"The file is corrupt ({exc.__class__.__name__}).")
         return result
@@ -149,6 +199,104 @@ def check_episode_file(
             Decimal("0.001")
         )
     return result
+
+
+PARQUET_MAGIC = b"PAR1"
+
+
+def _footer_within_limit(source, limits: QALimits, result: QAResult) -> bool:
+    """Read the footer's length from the file's last 8 bytes before pyarrow reads the footer."""
+    if isinstance(source, str | bytes) or hasattr(source, "__fspath__"):
+        with open(source, "rb") as handle:
+            return _footer_within_limit(handle, limits, result)
+    try:
+        size = source.seek(0, 2)
+        if size < 12:
+            raise ValueError("too short")
+        source.seek(size - 8)
+        tail = source.read(8)
+        source.seek(0)
+    except (OSError, ValueError):
+        result.fail(Reason.NOT_PARQUET, "Not a readable parquet file (too short).")
+        return False
+    if tail[4:] != PARQUET_MAGIC:
+        result.fail(Reason.NOT_PARQUET, "Not a parquet file (no PAR1 marker at its end).")
+        return False
+    footer = int.from_bytes(tail[:4], "little")
+    if footer > limits.max_footer_bytes or footer > size - 12:
+        result.fail(
+            Reason.FOOTER_TOO_LARGE,
+            f"The parquet footer declares {footer} bytes; at most"
+            f" {limits.max_footer_bytes} are read.",
+        )
+        return False
+    return True
+
+
+def _layout_within_limits(
+    parquet: pq.ParquetFile, expected: EpisodeExpectation, limits: QALimits, result: QAResult
+) -> bool:
+    """Row count, row groups, columns and declared sizes, from the footer alone."""
+    meta = parquet.metadata
+    rows = meta.num_rows
+    if meta.num_row_groups > limits.max_row_groups:
+        result.fail(
+            Reason.TOO_MANY_ROW_GROUPS,
+            f"{meta.num_row_groups} row groups; at most {limits.max_row_groups}.",
+        )
+    if meta.num_columns > limits.max_columns:
+        result.fail(
+            Reason.TOO_MANY_COLUMNS, f"{meta.num_columns} columns; at most {limits.max_columns}."
+        )
+    if rows > expected.max_frames:
+        result.fail(
+            Reason.DURATION_OUT_OF_BOUNDS,
+            f"{rows} frames at {expected.fps} fps last more than the"
+            f" {expected.max_duration_seconds:g} s an episode may last.",
+        )
+    elif expected.declared_frames is not None and rows != expected.declared_frames:
+        result.fail(
+            Reason.FRAME_COUNT,
+            f"The file has {rows} frames; {expected.declared_frames} were declared.",
+        )
+    if not result.passed:
+        return False
+    return _declared_sizes_within_limits(meta, expected, limits, result)
+
+
+def _declared_sizes_within_limits(meta, expected, limits: QALimits, result: QAResult) -> bool:
+    leaf_of = {}
+    for index in range(meta.num_columns):
+        path = meta.schema.column(index).path
+        for name in QA_COLUMNS:
+            if path == name or path.startswith(name + "."):
+                leaf_of[index] = name
+    group_rows = 0
+    decoded = 0
+    for group in range(meta.num_row_groups):
+        row_group = meta.row_group(group)
+        group_rows += row_group.num_rows
+        for index, name in leaf_of.items():
+            chunk = row_group.column(index)
+            decoded += chunk.total_uncompressed_size
+            per_row = expected.action_dim if name in (STATE, ACTION) else 1
+            if chunk.num_values > row_group.num_rows * per_row:
+                result.fail(
+                    Reason.VECTOR_LENGTH,
+                    f"{name} declares {chunk.num_values} values for {row_group.num_rows} rows"
+                    f" (at most {per_row} per row).",
+                )
+                return False
+    if group_rows != meta.num_rows:
+        result.fail(Reason.NOT_PARQUET, "The file's row groups do not add up to its row count.")
+        return False
+    if decoded > limits.max_decoded_bytes:
+        result.fail(
+            Reason.DATA_TOO_LARGE,
+            f"The checked columns decode to {decoded} bytes; at most {limits.max_decoded_bytes}.",
+        )
+        return False
+    return True
 
 
 def _is_float_vector(arrow_type) -> bool:

@@ -94,6 +94,11 @@ def _client(endpoint_url: str | None, region: str, access_key: str, secret_key: 
     )
 
 
+def reset_connections() -> None:
+    """Forget the cached client (a forked child must not share its parent's sockets)."""
+    _client.cache_clear()
+
+
 def client():
     return _client(
         settings.S3_ENDPOINT_URL or None,

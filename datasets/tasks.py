@@ -3,6 +3,7 @@ marketplace/celery.py). They take ids and call one service (imported inside the 
 import this module to enqueue); QA records a decision only once, so a rerun is harmless."""
 
 from celery import shared_task
+from django.conf import settings
 
 from datasets import storage
 from marketplace.task_options import task_options
@@ -10,7 +11,12 @@ from marketplace.task_options import task_options
 OPTIONS = task_options(transient=(storage.StorageError,))
 
 
-@shared_task(**OPTIONS)
+# QA checks stop themselves at EPISODE_QA_TIME_LIMIT_SECONDS (in a sandbox that is killed a
+# little later); Celery's limits are the last backstop.
+QA_TIME_LIMIT = settings.EPISODE_QA_TIME_LIMIT_SECONDS + 120
+
+
+@shared_task(**OPTIONS, soft_time_limit=QA_TIME_LIMIT, time_limit=QA_TIME_LIMIT + 30)
 def qa_episode(episode_id: str) -> str:
     from datasets.services.qa import episode_run_qa
 

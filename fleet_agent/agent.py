@@ -321,6 +321,9 @@ class FleetAgent:
             if exc.status == 404 or exc.code == "job_not_active":
                 log.info("job %s is no longer ours to work on: %s", job["id"], exc.message)
                 return False
+            if exc.code == "job_fully_booked":  # wait for QA's verdicts on what is in flight
+                log.info("job %s: %s", job["id"], exc.message)
+                return False
             raise
 
     def _work_on(self, job: dict) -> bool:
@@ -424,6 +427,7 @@ class FleetAgent:
             "fps": fps,
             "size_bytes": episode.size_bytes,
             "sha256": episode.sha256,
+            "frames": episode.frames,
             "objects_handled": handled,
         }
         try:

@@ -7,6 +7,8 @@ from marketplace.error_codes import register
 
 @register
 class ErrorCode(models.TextChoices):
+    BID_ABOVE_PRICE = "bid_above_price", "A bid above what the customer pays per hour."
+    BID_CURRENCY = "bid_currency", "The fleet is paid in another currency than the order."
     BID_EXISTS = "bid_exists", "The fleet already has an open bid on this job."
     INVALID_JOB_TRANSITION = "invalid_job_transition", "The job's status does not allow this move."
     JOB_NOT_OFFERED = "job_not_offered", "The job is no longer on offer."

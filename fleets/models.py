@@ -232,6 +232,10 @@ class Offer(models.Model):
     site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="offers")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     score = models.FloatField()
+    # The pay offered: the fleet's rate when the offer was made. Accepting it fixes the rate on
+    # the assignment; changing the fleet's rate later changes future offers only.
+    rate_per_hour = models.DecimalField(**MONEY)
+    currency = models.CharField(max_length=3)
     expires_at = models.DateTimeField()
     responded_at = models.DateTimeField(null=True, blank=True)
     decline_reason = models.TextField(blank=True)
@@ -298,6 +302,10 @@ class Assignment(models.Model):
     bid = models.OneToOneField(
         Bid, null=True, blank=True, on_delete=models.PROTECT, related_name="assignment"
     )
+    # The agreed pay per accepted hour (the offer's rate or the winning bid's price), fixed
+    # here: the fleet's payable is accepted hours (at most the job's target) x this rate.
+    rate_per_hour = models.DecimalField(**MONEY)
+    currency = models.CharField(max_length=3)
     active = models.BooleanField(default=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     end_reason = models.TextField(blank=True)
@@ -308,6 +316,9 @@ class Assignment(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["job"], condition=models.Q(active=True), name="assignment_one_active"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(rate_per_hour__gte=0), name="assignment_rate_nonneg"
             ),
         ]
 

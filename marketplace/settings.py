@@ -216,6 +216,11 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {
     "interval_max": 1,
 }
 CELERY_TASK_DEFAULT_QUEUE = "default"
+# A pool process that grew past this after a task is replaced (KiB; QA's decoding runs in a
+# bounded child, so this is a backstop).
+CELERY_WORKER_MAX_MEMORY_PER_CHILD = int(
+    os.environ.get("CELERY_WORKER_MAX_MEMORY_PER_CHILD_KIB", str(1024 * 1024))
+)
 # Dispatch and QA/delivery tasks retry transient database and storage errors with exponential
 # backoff (2 s, 4 s, ... with jitter) capped at this many seconds.
 TASK_RETRY_BACKOFF_MAX_SECONDS = int(os.environ.get("TASK_RETRY_BACKOFF_MAX_SECONDS", "300"))
@@ -317,6 +322,20 @@ EPISODE_MIN_SECONDS = float(os.environ.get("EPISODE_MIN_SECONDS", "1"))
 EPISODE_MAX_SECONDS = float(os.environ.get("EPISODE_MAX_SECONDS", "3600"))
 # Uploaded episodes still undecided after this long get their QA queued again.
 EPISODE_QA_STALE_SECONDS = int(os.environ.get("EPISODE_QA_STALE_SECONDS", "900"))
+# QA's limits on one file, whatever it claims (datasets/qa_checks.py QALimits, qa_sandbox.py).
+EPISODE_QA_MAX_FOOTER_BYTES = int(os.environ.get("EPISODE_QA_MAX_FOOTER_BYTES", str(1024**2)))
+EPISODE_QA_MAX_ROW_GROUPS = int(os.environ.get("EPISODE_QA_MAX_ROW_GROUPS", "512"))
+EPISODE_QA_MAX_COLUMNS = int(os.environ.get("EPISODE_QA_MAX_COLUMNS", "256"))
+EPISODE_QA_MAX_DECODED_BYTES = int(os.environ.get("EPISODE_QA_MAX_DECODED_BYTES", str(1024**3)))
+EPISODE_QA_BATCH_ROWS = int(os.environ.get("EPISODE_QA_BATCH_ROWS", "65536"))
+EPISODE_QA_TIME_LIMIT_SECONDS = float(os.environ.get("EPISODE_QA_TIME_LIMIT_SECONDS", "300"))
+EPISODE_QA_MEMORY_BYTES = int(os.environ.get("EPISODE_QA_MEMORY_BYTES", str(1024**3)))
+EPISODE_QA_SANDBOX = env_bool("EPISODE_QA_SANDBOX", True)
+# QA runs of one episode that may die unfinished (worker killed) before it is rejected.
+EPISODE_QA_MAX_ATTEMPTS = int(os.environ.get("EPISODE_QA_MAX_ATTEMPTS", "3"))
+# Registered episodes whose upload never completed are rejected (and a multipart upload
+# aborted) this long after their last upload URL expired.
+EPISODE_UPLOAD_ABANDONED_SECONDS = int(os.environ.get("EPISODE_UPLOAD_ABANDONED_SECONDS", "3600"))
 # Deliveries: data files roll over at this size; signed download links live this long.
 DELIVERY_DATA_FILE_BYTES = int(os.environ.get("DELIVERY_DATA_FILE_BYTES", str(100 * 1024**2)))
 DELIVERY_LINK_EXPIRY_SECONDS = int(os.environ.get("DELIVERY_LINK_EXPIRY_SECONDS", "300"))

@@ -140,7 +140,13 @@ class JobFactory(factory.django.DjangoModelFactory):
         if create and job.fleet_id and job.status in ("assigned", "in_progress", "completed"):
             from fleets.models import Assignment
 
-            Assignment.objects.create(job=job, fleet_id=job.fleet_id, site_id=job.site_id)
+            Assignment.objects.create(
+                job=job,
+                fleet_id=job.fleet_id,
+                site_id=job.site_id,
+                rate_per_hour=job.fleet.payout_rate_per_hour,
+                currency=job.fleet.currency,
+            )
 
 
 class CompletedJobFactory(factory.django.DjangoModelFactory):
@@ -148,6 +154,7 @@ class CompletedJobFactory(factory.django.DjangoModelFactory):
 
     class Meta:
         model = "fleets.Job"
+        skip_postgeneration_save = True
 
     order = factory.SubFactory(OrderFactory)
     sequence = factory.Sequence(lambda n: n + 1)
@@ -160,3 +167,17 @@ class CompletedJobFactory(factory.django.DjangoModelFactory):
     site = factory.SubFactory(SiteFactory)
     fleet = factory.LazyAttribute(lambda j: j.site.fleet)
     accepted_seconds = Decimal("0")
+
+    @factory.post_generation
+    def assignment(job, create, extracted, **kwargs):
+        """The fleet took the job at its rate then (what dispatch records)."""
+        if create and job.fleet_id:
+            from fleets.models import Assignment
+
+            Assignment.objects.create(
+                job=job,
+                fleet_id=job.fleet_id,
+                site_id=job.site_id,
+                rate_per_hour=job.fleet.payout_rate_per_hour,
+                currency=job.fleet.currency,
+            )

@@ -13,6 +13,7 @@ from billing.models import (
     PayoutRun,
 )
 from billing.selectors import payables_summary
+from billing.services.payables import payables_release_hold
 from billing.services.payments import payments_enabled
 from billing.services.payouts import payout_plan, payout_run
 from marketplace.errors import ServiceError
@@ -201,13 +202,23 @@ class FleetPayableAdmin(CsvExportMixin, StaffActionsReadOnlyAdmin):
         "customer_amount",
         "currency",
         "payout",
+        "held",
     ]
     list_filter = [PaidFilter, "currency", "fleet"]
     list_select_related = ["fleet", "order", "job", "payout"]
     search_fields = ["fleet__name", "order__id", "job__id"]
     readonly_fields = [f.name for f in FleetPayable._meta.fields]
-    actions = ["run_payouts", "export_payables_csv"]
+    actions = ["run_payouts", "export_payables_csv", "release_holds"]
     change_list_template = "admin/billing/fleetpayable_change_list.html"
+
+    @admin.display(boolean=True, description="held")
+    def held(self, payable) -> bool:
+        return bool(payable.hold_reason)
+
+    @admin.action(description="Release the hold on the selected payables (after review)")
+    def release_holds(self, request, queryset):
+        released = payables_release_hold(payable_ids=list(queryset.values_list("pk", flat=True)))
+        self.message_user(request, f"{released} payable(s) released for the next payout run.")
 
     def get_urls(self):
         return [

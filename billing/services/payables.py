@@ -4,17 +4,20 @@ platform's margin, booked once per job."""
 from decimal import Decimal
 
 from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
 
 from billing.ledger import post_payable
 from billing.models import BillingFlag, FleetPayable
 from billing.services.flags import flag_raise
 from billing.services.payments import succeeded_payment
 from billing.services.refunds import prorata_refund
-from fleets.models import Assignment, Fleet, Job
+from fleets.models import Assignment, Job
 from orders.models import Order
 from orders.pricing import MINOR_UNITS, quantize_money
 
 SECONDS_PER_HOUR = Decimal(3600)
+ZERO = Decimal("0")
 
 
 def payable_amount(*, accepted_seconds: Decimal, rate_per_hour: Decimal, currency: str) -> Decimal:
@@ -55,28 +58,51 @@ def order_earned(order: Order) -> Decimal:
     return paid - refund
 
 
-def _job_fleet(job: Job) -> Fleet | None:
-    """The fleet that did the job: its holder, else its latest assignment's fleet."""
-    if job.fleet_id is not None:
-        return job.fleet
-    assignment = (
+def _paying_assignment(job: Job) -> Assignment | None:
+    """The assignment under which the job was done (its latest): its fleet and agreed rate."""
+    return (
         Assignment.objects.filter(job=job).select_related("fleet").order_by("-created_at").first()
     )
-    return assignment.fleet if assignment else None
+
+
+def paid_seconds(job: Job) -> Decimal:
+    """Accepted seconds a fleet is paid for: never more than the job's target."""
+    return min(job.accepted_seconds, job.target_hours * SECONDS_PER_HOUR)
+
+
+def order_net_revenue(order: Order) -> Decimal:
+    """What the platform keeps from the customer for the order: what it earns for the accepted
+    hours, and never more than the payment less every refund made or pending."""
+    earned = order_earned(order)
+    payment = succeeded_payment(order)
+    if payment is None:
+        return earned
+    return min(earned, payment.amount - payment.amount_refunded)
+
+
+PAYABLE_STATES = (
+    Order.Status.DELIVERED,
+    Order.Status.CLOSED,
+    # Accepted work on jobs of an order cancelled after dispatch is paid too.
+    Order.Status.CANCELLED,
+    Order.Status.REFUNDED,
+)
 
 
 def order_fleet_payables(*, order_id) -> list[FleetPayable]:
-    """On delivery: one payable per job with accepted time, and the platform's margin.
+    """One payable per job with accepted time, at the rate agreed on its assignment; the
+    platform's margin; and the ledger invariant (payables <= net revenue, else held).
 
     The order row is locked, then jobs that already have a payable are skipped (the job is
     unique on FleetPayable and the ledger key is `payable:<job>`), so running this twice, or
     twice at once, records each job once. The customer's payment for the accepted hours is
     split over the jobs by accepted time, so per order the payables' customer parts add up to
-    exactly what the customer keeps paying after the true-up.
+    exactly what the customer keeps paying after the true-up. (QA accrues nothing to a
+    cancelled job, so a cancelled order's accepted time is final when it is cancelled.)
     """
     with transaction.atomic():
         order = Order.objects.select_for_update().get(pk=order_id)
-        if order.status not in (Order.Status.DELIVERED, Order.Status.CLOSED):
+        if order.status not in PAYABLE_STATES:
             return []
         jobs = list(
             Job.objects.filter(order=order, accepted_seconds__gt=0)
@@ -87,44 +113,90 @@ def order_fleet_payables(*, order_id) -> list[FleetPayable]:
             return []
         shares = allocate(
             total=order_earned(order),
-            weights=[job.accepted_seconds for job in jobs],
+            weights=[paid_seconds(job) for job in jobs],
             currency=order.currency,
         )
         done = set(FleetPayable.objects.filter(job__in=jobs).values_list("job_id", flat=True))
         created = []
         for job, share in zip(jobs, shares, strict=True):
-            if job.id in done:
-                continue
-            fleet = _job_fleet(job)
-            if fleet is None or fleet.currency != order.currency:
-                why = (
-                    "no fleet is known for it"
-                    if fleet is None
-                    else f"fleet {fleet.name} is paid in {fleet.currency}, the order in "
-                    f"{order.currency}"
-                )
-                flag_raise(
-                    kind=BillingFlag.Kind.PAYABLE_UNRECORDED,
-                    dedupe_key=f"payable-unrecorded:{job.id}",
-                    message=f"Job {job.id} of order {order.id} has {job.accepted_seconds} s "
-                    f"accepted but {why}: record its payable by hand.",
-                    order_id=order.id,
-                )
-                continue
-            payable = FleetPayable.objects.create(
-                job=job,
-                fleet=fleet,
-                order=order,
-                accepted_seconds=job.accepted_seconds,
-                rate_per_hour=fleet.payout_rate_per_hour,
-                amount=payable_amount(
-                    accepted_seconds=job.accepted_seconds,
-                    rate_per_hour=fleet.payout_rate_per_hour,
-                    currency=order.currency,
-                ),
-                customer_amount=share,
-                currency=order.currency,
-            )
-            post_payable(payable, fleet)
-            created.append(payable)
+            if job.id not in done:
+                payable = _job_payable(order=order, job=job, share=share)
+                if payable is not None:
+                    created.append(payable)
+        payables_check_invariant(order=order)
     return created
+
+
+def _job_payable(*, order: Order, job: Job, share: Decimal) -> FleetPayable | None:
+    assignment = _paying_assignment(job)
+    if assignment is None or assignment.currency != order.currency:
+        why = (
+            "no fleet ever took it"
+            if assignment is None
+            else f"its fleet is paid in {assignment.currency}, the order in {order.currency}"
+        )
+        flag_raise(
+            kind=BillingFlag.Kind.PAYABLE_UNRECORDED,
+            dedupe_key=f"payable-unrecorded:{job.id}",
+            message=f"Job {job.id} of order {order.id} has {job.accepted_seconds} s "
+            f"accepted but {why}: record its payable by hand.",
+            order_id=order.id,
+        )
+        return None
+    seconds = paid_seconds(job)
+    payable = FleetPayable.objects.create(
+        job=job,
+        fleet=assignment.fleet,
+        order=order,
+        accepted_seconds=seconds,
+        rate_per_hour=assignment.rate_per_hour,
+        amount=payable_amount(
+            accepted_seconds=seconds,
+            rate_per_hour=assignment.rate_per_hour,
+            currency=order.currency,
+        ),
+        customer_amount=share,
+        currency=order.currency,
+    )
+    post_payable(payable, assignment.fleet)
+    return payable
+
+
+def payables_check_invariant(*, order: Order, fleet_id=None) -> bool:
+    """Fleet payables of an order never exceed its net revenue; if they do, the order's unpaid
+    payables (of `fleet_id` only, when given: a payout run holds only the rows it locked) are
+    held, so payout runs skip them, and staff are flagged. True when the invariant holds."""
+    total = FleetPayable.objects.filter(order=order).aggregate(total=Sum("amount"))["total"]
+    revenue = order_net_revenue(order)
+    if (total or ZERO) <= revenue:
+        return True
+    if not FleetPayable.objects.filter(
+        order=order, payout__isnull=True, hold_released_at__isnull=True
+    ).exists():
+        return True  # staff reviewed and released what is left to pay
+    reason = (
+        f"Fleet payables of order {order.id} ({total} {order.currency}) exceed its net revenue "
+        f"({revenue} {order.currency}): held until staff review."
+    )
+    unpaid = FleetPayable.objects.filter(
+        order=order, payout__isnull=True, hold_reason="", hold_released_at__isnull=True
+    )
+    if fleet_id is not None:
+        unpaid = unpaid.filter(fleet_id=fleet_id)
+    unpaid.update(hold_reason=reason)
+    flag_raise(
+        kind=BillingFlag.Kind.PAYABLES_EXCEED_REVENUE,
+        dedupe_key=f"payables-exceed:{order.id}",
+        message=reason,
+        order_id=order.id,
+    )
+    return False
+
+
+def payables_release_hold(*, payable_ids: list) -> int:
+    """Staff reviewed held payables: the next payout run may pay them."""
+    return (
+        FleetPayable.objects.filter(pk__in=payable_ids, payout__isnull=True)
+        .exclude(hold_reason="")
+        .update(hold_reason="", hold_released_at=timezone.now())
+    )

@@ -12,10 +12,14 @@ from billing.error_codes import ErrorCode
 from billing.ledger import post_payout
 from billing.models import BillingFlag, FleetPayable, FleetPayoutAccount, Payout, PayoutRun
 from billing.services.flags import flag_raise
+from billing.services.payables import payables_check_invariant
 from fleets.models import Fleet
 from marketplace.errors import Conflict
+from orders.models import Order
 
 ZERO = Decimal("0")
+# Payables a run pays: unpaid, not zero, not held for staff.
+PAYABLE_NOW = models.Q(payout__isnull=True, amount__gt=0, hold_reason="")
 
 
 class PayoutsNotConfigured(Conflict):
@@ -34,7 +38,7 @@ class PayoutPlanRow:
 def payout_plan() -> list[PayoutPlanRow]:
     """What a run would pay now (unpaid payables per fleet and currency); for the admin."""
     rows = (
-        FleetPayable.objects.filter(payout__isnull=True, amount__gt=0)
+        FleetPayable.objects.filter(PAYABLE_NOW)
         .values("fleet_id", "currency")
         .annotate(total=models.Sum("amount"), n=models.Count("id"))
         .order_by("fleet_id", "currency")
@@ -68,9 +72,16 @@ def payout_prepare(*, fleet_id, run: PayoutRun | None = None) -> list[Payout]:
         account = FleetPayoutAccount.objects.select_for_update().filter(fleet_id=fleet_id).first()
         payables = list(
             FleetPayable.objects.select_for_update()
-            .filter(fleet_id=fleet_id, payout__isnull=True, amount__gt=0)
+            .filter(PAYABLE_NOW, fleet_id=fleet_id)
             .order_by("pk")
         )
+        # Refunds since the payables were recorded may have broken the ledger invariant.
+        held = {
+            order_id
+            for order_id in {p.order_id for p in payables}
+            if not payables_check_invariant(order=Order.objects.get(pk=order_id), fleet_id=fleet_id)
+        }
+        payables = [p for p in payables if p.order_id not in held]
         if not payables:
             return []
         if account is None:
@@ -174,19 +185,14 @@ def payout_run(*, triggered_by: str) -> PayoutRun:
         .values_list("pk", flat=True)
     )
     fleet_ids = list(
-        FleetPayable.objects.filter(payout__isnull=True, amount__gt=0)
+        FleetPayable.objects.filter(PAYABLE_NOW)
         .order_by("fleet_id")
         .values_list("fleet_id", flat=True)
         .distinct()
     )
     for fleet_id in fleet_ids:
         payouts = payout_prepare(fleet_id=fleet_id, run=run)
-        if (
-            not payouts
-            and FleetPayable.objects.filter(
-                fleet_id=fleet_id, payout__isnull=True, amount__gt=0
-            ).exists()
-        ):
+        if not payouts and FleetPayable.objects.filter(PAYABLE_NOW, fleet_id=fleet_id).exists():
             report["skipped"].append({"fleet": str(fleet_id), "reason": "no payout account"})
         payout_ids.extend(p.pk for p in payouts)
     for payout_id in payout_ids:

@@ -8,6 +8,7 @@ from django.utils import timezone
 from billing import tasks
 from billing.models import BillingFlag, Payment, Refund, WebhookEvent
 from billing.services.flags import flag_raise
+from billing.services.payables import PAYABLE_STATES
 from marketplace.queueing import enqueue_or_leave_to_sweeper
 from orders.models import Order
 
@@ -41,10 +42,10 @@ def billing_sweep(*, now=None) -> dict[str, int]:
     )
     for pk in refunds:
         enqueue_or_leave_to_sweeper(tasks.refund_submit, str(pk))
-    # Delivered orders whose payables a lost task never recorded.
+    # Delivered (or cancelled after dispatch) orders whose payables a lost task never recorded.
     orders = list(
         Order.objects.filter(
-            status__in=[Order.Status.DELIVERED, Order.Status.CLOSED],
+            status__in=PAYABLE_STATES,
             updated_at__lt=stale,
             jobs__accepted_seconds__gt=0,
             jobs__payable__isnull=True,

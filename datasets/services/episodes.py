@@ -1,9 +1,11 @@
 """Episodes arrive: a fleet registers one, uploads its bytes straight to storage, completes."""
 
+import logging
 import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
@@ -12,6 +14,7 @@ from django.utils import timezone
 from datasets import storage, tasks
 from datasets.error_codes import ErrorCode
 from datasets.models import Episode
+from datasets.qa_checks import Reason
 from fleets.models import Job, Robot
 from fleets.services.jobs import job_report_progress
 from marketplace.errors import Conflict, NotFound, ServiceUnavailable, invalid
@@ -21,6 +24,7 @@ from marketplace.queueing import enqueue_on_commit
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 OPERATOR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 WORKING_JOB_STATES = (Job.Status.ASSIGNED, Job.Status.IN_PROGRESS)
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,12 @@ class EpisodeRegistration:
     fps: int
     size_bytes: int
     sha256: str
+    frames: int  # rows of the parquet file: QA checks it, the job's free time is counted by it
     objects_handled: tuple[str, ...] = ()
+
+    @property
+    def seconds(self) -> Decimal:
+        return Decimal(self.frames) / Decimal(self.fps)
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,14 @@ def _validate(registration: EpisodeRegistration) -> None:
         raise invalid("size_bytes", f"Between 1 and {settings.EPISODE_MAX_BYTES} bytes.")
     if not SHA256_HEX.match(registration.sha256 or ""):
         raise invalid("sha256", "64 lowercase hexadecimal characters (SHA-256 of the file).")
+    if registration.frames < 1 or not (
+        settings.EPISODE_MIN_SECONDS <= registration.seconds <= settings.EPISODE_MAX_SECONDS
+    ):
+        raise invalid(
+            "frames",
+            f"An episode lasts {settings.EPISODE_MIN_SECONDS:g} to"
+            f" {settings.EPISODE_MAX_SECONDS:g} s: frames / fps must be in that range.",
+        )
     if len(registration.objects_handled) > 50 or any(
         not (1 <= len(name) <= 100) for name in registration.objects_handled
     ):
@@ -118,8 +135,10 @@ def episode_register(
     if robot.embodiment_id != job.embodiment_id:
         raise invalid("robot", "This robot's embodiment is not the one the order asks for.")
     with transaction.atomic():
-        # Registering is also a heartbeat: the job is being worked on.
-        job_report_progress(organization=organization, job_id=job.id)
+        # Registering is also a heartbeat: the job is being worked on. It locks the job, so
+        # two registrations at once count each other's time.
+        job = job_report_progress(organization=organization, job_id=job.id)
+        _check_room(job=job, registration=registration)
         episode = Episode(
             job=job,
             order_id=job.order_id,
@@ -133,11 +152,48 @@ def episode_register(
             fps=registration.fps,
             size_bytes=registration.size_bytes,
             sha256=registration.sha256,
+            declared_frames=registration.frames,
         )
         episode.upload_key = _upload_key(episode)
         instructions = _upload_instructions(episode)
         episode.save(force_insert=True)
     return episode, instructions
+
+
+def _check_room(*, job: Job, registration: EpisodeRegistration) -> None:
+    """A job takes episodes while its time still to fill exceeds what is already on the way
+    (registered or awaiting QA): at most one episode's worth beyond its target is ever in
+    flight, and a file already accepted (or awaiting QA) in the order is refused at once."""
+    twin = (
+        Episode.objects.filter(order_id=job.order_id, sha256=registration.sha256)
+        .filter(status__in=[Episode.Status.UPLOADED, Episode.Status.ACCEPTED])
+        .values_list("id", flat=True)
+        .first()
+    )
+    if twin is not None:
+        raise Conflict(
+            f"This file is already episode {twin} of this order: each file counts once.",
+            code=ErrorCode.DUPLICATE_EPISODE,
+            fields={"sha256": ["Already uploaded for this order."]},
+        )
+    in_flight = Episode.objects.filter(
+        job=job, status__in=[Episode.Status.REGISTERED, Episode.Status.UPLOADED]
+    ).values_list("declared_frames", "fps")
+    pending = sum(
+        (
+            Decimal(frames) / Decimal(fps) if frames else Decimal(settings.EPISODE_MAX_SECONDS)
+            for frames, fps in in_flight
+        ),
+        Decimal(0),
+    )
+    remaining = job.target_hours * 3600 - job.accepted_seconds
+    if pending >= remaining:
+        raise Conflict(
+            f"The job's remaining {max(remaining, Decimal(0)):.0f} s are covered by "
+            f"{len(in_flight)} episode(s) already registered or awaiting QA; register more once "
+            "QA has decided them (a rejected one frees its time).",
+            code=ErrorCode.JOB_FULLY_BOOKED,
+        )
 
 
 def _storage_unavailable(exc: Exception) -> ServiceUnavailable:
@@ -157,6 +213,7 @@ def _upload_instructions(episode: Episode) -> UploadInstructions:
 def _upload_instructions_from_storage(episode: Episode) -> UploadInstructions:
     expires_in = settings.S3_UPLOAD_URL_EXPIRY_SECONDS
     expires_at = timezone.now() + timezone.timedelta(seconds=expires_in)
+    episode.upload_expires_at = expires_at
     if episode.size_bytes < settings.EPISODE_MULTIPART_THRESHOLD_BYTES:
         request = storage.presigned_put(
             key=episode.upload_key,
@@ -198,7 +255,8 @@ def _own_episode_locked(*, organization: Organization, episode_id) -> Episode:
 
 
 def episode_renew_upload(*, organization: Organization, episode_id) -> UploadInstructions:
-    """New upload URL(s), to a fresh key, while the episode still waits for its bytes."""
+    """New upload URL(s), to a fresh key, while the episode still waits for its bytes; a
+    multipart upload begun for the old key is aborted (its parts are never stored)."""
     with transaction.atomic():
         episode = _own_episode_locked(organization=organization, episode_id=episode_id)
         if episode.status != Episode.Status.REGISTERED:
@@ -206,10 +264,51 @@ def episode_renew_upload(*, organization: Organization, episode_id) -> UploadIns
                 f"This episode is {episode.status}: its file can no longer change.",
                 code=ErrorCode.EPISODE_NOT_AWAITING_UPLOAD,
             )
+        old_key, old_upload = episode.upload_key, episode.multipart_upload_id
         episode.upload_key = _upload_key(episode)
         instructions = _upload_instructions(episode)
-        episode.save(update_fields=["upload_key", "multipart_upload_id"])
+        episode.save(update_fields=["upload_key", "multipart_upload_id", "upload_expires_at"])
+        if old_upload:
+            transaction.on_commit(lambda: _abort_quietly(key=old_key, upload_id=old_upload))
     return instructions
+
+
+def _abort_quietly(*, key: str, upload_id: str) -> bool:
+    """Abort a multipart upload; False (logged) when storage refuses or is down: the bucket's
+    lifecycle rule for incomplete uploads, or a later sweep, gets it."""
+    try:
+        storage.multipart_abort(key=key, upload_id=upload_id)
+    except storage.StorageError as exc:
+        logger.warning("multipart upload %s of %s not aborted: %s", upload_id, key, exc)
+        return False
+    return True
+
+
+def episode_abandon_upload(*, episode_id) -> bool:
+    """A registered episode whose upload URLs expired long ago without a completed upload is
+    rejected (`upload_abandoned`), which frees its time on the job, and a multipart upload
+    begun for it is aborted. True if this call rejected it."""
+    cutoff = timezone.now() - timezone.timedelta(seconds=settings.EPISODE_UPLOAD_ABANDONED_SECONDS)
+    with transaction.atomic():
+        episode = Episode.objects.select_for_update().get(pk=episode_id)
+        if episode.status != Episode.Status.REGISTERED:
+            return False
+        issued_until = episode.upload_expires_at or episode.created_at
+        if issued_until > cutoff:
+            return False
+        key, upload_id = episode.upload_key, episode.multipart_upload_id
+        episode.status = Episode.Status.REJECTED
+        episode.decided_at = timezone.now()
+        episode.qa_failures = [
+            {
+                "code": Reason.UPLOAD_ABANDONED,
+                "message": "No upload was completed before its URLs expired.",
+            }
+        ]
+        episode.save(update_fields=["status", "decided_at", "qa_failures"])
+        if upload_id:
+            transaction.on_commit(lambda: _abort_quietly(key=key, upload_id=upload_id))
+    return True
 
 
 def episode_complete(

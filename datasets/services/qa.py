@@ -7,12 +7,19 @@ concurrent QA decisions on one order serialize on the order row and never lose a
 from decimal import ROUND_DOWN, Decimal
 
 from django.conf import settings
-from django.db import transaction
+from django.db import (
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 from django.utils import timezone
 
 from datasets import storage
 from datasets.models import Delivery, Episode
-from datasets.qa_checks import EpisodeExpectation, QAResult, Reason, check_stored_episode
+from datasets.qa_checks import EpisodeExpectation, QAResult, Reason
+from datasets.qa_sandbox import check_stored_episode_bounded
 from datasets.services.deliveries import delivery_start
 from datasets.services.episodes import WORKING_JOB_STATES, stored_key_for
 from fleets.models import Job
@@ -32,14 +39,70 @@ def episode_expectation(episode: Episode) -> EpisodeExpectation:
         action_dim=episode.job.embodiment.action_dim,
         min_duration_seconds=settings.EPISODE_MIN_SECONDS,
         max_duration_seconds=settings.EPISODE_MAX_SECONDS,
+        declared_frames=episode.declared_frames,
     )
 
 
 def episode_run_qa(*, episode_id) -> Episode:
-    """Check an uploaded episode and record the decision. Safe to run again at any time."""
-    episode = Episode.objects.select_related("job__embodiment").get(pk=episode_id)
-    if episode.status != Episode.Status.UPLOADED:
+    """Check an uploaded episode and record the decision. Safe to run again at any time.
+
+    The file's checks run in a sandbox bounded in memory and time (datasets/qa_sandbox.py);
+    a run that never finishes (its worker died) is counted, and after EPISODE_QA_MAX_ATTEMPTS
+    such runs the episode is rejected `qa_failed` instead of being tried forever. A transient
+    storage or database error is not a verdict: the run is released and the task retries.
+    """
+    episode = _qa_start(episode_id)
+    if episode.status != Episode.Status.UPLOADED or episode.qa_started_at is None:
         return episode
+    try:
+        result, stored_key = _checked(episode)
+    except TRANSIENT_ERRORS:
+        _qa_release(episode_id)
+        raise
+    return episode_record_qa(episode_id=episode.id, result=result, stored_key=stored_key)
+
+
+TRANSIENT_ERRORS = (storage.StorageError, OperationalError, InterfaceError)
+
+
+def _qa_start(episode_id) -> Episode:
+    with transaction.atomic():
+        episode = (
+            Episode.objects.select_for_update(of=("self",))
+            .select_related("job__embodiment")
+            .get(pk=episode_id)
+        )
+        if episode.status != Episode.Status.UPLOADED:
+            return episode
+        if episode.qa_started_at is not None:
+            episode.qa_unfinished_runs += 1  # the last run died without a verdict
+        if episode.qa_unfinished_runs >= settings.EPISODE_QA_MAX_ATTEMPTS:
+            result = QAResult()
+            result.fail(
+                Reason.QA_FAILED,
+                f"QA could not finish checking this file in {episode.qa_unfinished_runs} "
+                "attempts (each ran out of time or memory, or its worker died).",
+            )
+            return episode_record_qa(episode_id=episode.id, result=result, stored_key="")
+        episode.qa_started_at = timezone.now()
+        episode.save(update_fields=["qa_started_at", "qa_unfinished_runs"])
+    return episode
+
+
+def _qa_release(episode_id) -> None:
+    """A transient error ended the run: it does not count as unfinished (best effort: with the
+    database down this fails too, and the next run counts one more)."""
+    try:
+        if not connection.in_atomic_block:
+            close_old_connections()  # a connection the error broke is replaced
+        Episode.objects.filter(pk=episode_id, status=Episode.Status.UPLOADED).update(
+            qa_started_at=None
+        )
+    except (OperationalError, InterfaceError):
+        pass
+
+
+def _checked(episode: Episode) -> tuple[QAResult, str]:
     stored_key = stored_key_for(episode)
     if not storage.exists(stored_key):
         try:
@@ -47,18 +110,30 @@ def episode_run_qa(*, episode_id) -> Episode:
         except storage.ObjectMissing:
             result = QAResult()
             result.fail(Reason.OBJECT_MISSING, "No file was uploaded for this episode.")
-            return episode_record_qa(episode_id=episode.id, result=result, stored_key="")
-    result = check_stored_episode(stored_key, episode_expectation(episode))
-    return episode_record_qa(episode_id=episode.id, result=result, stored_key=stored_key)
+            return result, ""
+    expectation = episode_expectation(episode)
+    return check_stored_episode_bounded(stored_key, expectation), stored_key
 
 
 def episode_record_qa(*, episode_id, result: QAResult, stored_key: str) -> Episode:
-    """Lock, check it is still undecided, record; accepted time accrues to job and order."""
+    """Lock, check it is still undecided, record; accepted time accrues to job and order.
+
+    A file that passed its checks is still refused when its job was cancelled, when the same
+    file is already accepted in the order, or when its job's target is already met.
+    """
     with transaction.atomic():
         episode = Episode.objects.select_for_update().get(pk=episode_id)
         if episode.status != Episode.Status.UPLOADED:
             return episode
+        # FOR NO KEY UPDATE: only non-key columns change, so inserting episodes (whose foreign
+        # keys take a KEY SHARE lock on these rows) is not blocked; that block, with
+        # registration holding the job, was a deadlock.
+        order = Order.objects.select_for_update(no_key=True).get(pk=episode.order_id)
+        job = Job.objects.select_for_update(no_key=True).get(pk=episode.job_id)
+        if result.passed:
+            _refuse_if_not_countable(episode=episode, job=job, result=result)
         episode.qa_runs += 1
+        episode.qa_started_at = None
         episode.qa_failures = [failure.as_json() for failure in result.failures]
         episode.qa_bytes_read = result.bytes_read + result.checksum_bytes_read
         episode.frames = result.frames or None
@@ -71,18 +146,36 @@ def episode_record_qa(*, episode_id, result: QAResult, stored_key: str) -> Episo
         episode.status = Episode.Status.ACCEPTED
         episode.duration_seconds = result.duration_seconds
         episode.save()
-        _accrue(episode)
+        _accrue(episode, order=order, job=job)
     return episode
 
 
-def _accrue(episode: Episode) -> None:
-    """Add an accepted episode's time to its order and job (both rows locked here)."""
-    seconds = episode.duration_seconds
-    # FOR NO KEY UPDATE: only non-key columns change, so inserting episodes (whose foreign keys
-    # take a KEY SHARE lock on these rows) is not blocked; that block, with registration
-    # holding the job, was a deadlock.
-    order = Order.objects.select_for_update(no_key=True).get(pk=episode.order_id)
-    job = Job.objects.select_for_update(no_key=True).get(pk=episode.job_id)
+def _refuse_if_not_countable(*, episode: Episode, job: Job, result: QAResult) -> None:
+    if job.status == Job.Status.CANCELLED:
+        result.fail(
+            Reason.JOB_CANCELLED, "The order was cancelled before this episode was checked."
+        )
+    elif (
+        Episode.objects.filter(
+            order_id=episode.order_id, sha256=episode.sha256, status=Episode.Status.ACCEPTED
+        )
+        .exclude(pk=episode.pk)
+        .exists()
+    ):
+        result.fail(Reason.DUPLICATE, "The same file was already accepted in this order.")
+    elif job.accepted_seconds >= job.target_hours * 3600:
+        result.fail(
+            Reason.SURPLUS,
+            f"The job's target of {job.target_hours} h was already met; this episode is not "
+            "counted (nor paid).",
+        )
+
+
+def _accrue(episode: Episode, *, order: Order, job: Job) -> None:
+    """Add an accepted episode's time to its job (never past the job's target) and, by the
+    same amount, to its order; the caller holds both rows' locks."""
+    target_seconds = job.target_hours * 3600
+    seconds = min(episode.duration_seconds, target_seconds - job.accepted_seconds)
     order.accepted_seconds += seconds
     order.accepted_hours = (order.accepted_seconds / 3600).quantize(
         Decimal("0.01"), rounding=ROUND_DOWN
@@ -90,7 +183,7 @@ def _accrue(episode: Episode) -> None:
     order.save(update_fields=["accepted_seconds", "accepted_hours", "updated_at"])
     job.accepted_seconds += seconds
     job.save(update_fields=["accepted_seconds", "updated_at"])
-    if job.status in WORKING_JOB_STATES and job.accepted_seconds >= job.target_hours * 3600:
+    if job.status in WORKING_JOB_STATES and job.accepted_seconds >= target_seconds:
         job_transition(
             job_id=job.id,
             to_status=Job.Status.COMPLETED,

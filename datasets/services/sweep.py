@@ -5,11 +5,13 @@ idempotent, so queueing one twice does no harm."""
 from datetime import timedelta
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from datasets import tasks
 from datasets.models import Delivery, Episode
 from datasets.services.deliveries import delivery_webhook_record
+from datasets.services.episodes import episode_abandon_upload
 from marketplace import outbound_webhooks
 from marketplace import tasks as marketplace_tasks
 from marketplace.models import OrganizationWebhookDelivery
@@ -18,13 +20,31 @@ from marketplace.services import organization_webhook_policy
 
 
 def qa_sweep() -> int:
-    """QA of episodes uploaded long ago and still undecided. Returns how many were queued."""
-    cutoff = timezone.now() - timedelta(seconds=settings.EPISODE_QA_STALE_SECONDS)
-    stale = Episode.objects.filter(status=Episode.Status.UPLOADED, uploaded_at__lt=cutoff)
+    """QA of episodes uploaded long ago and still undecided, except those whose QA is running
+    now (a run is over by QA's time limits); and uploads abandoned long ago are rejected.
+    Returns how many QA runs were queued."""
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=settings.EPISODE_QA_STALE_SECONDS)
+    running_since = now - timedelta(seconds=qa_run_seconds())
+    stale = Episode.objects.filter(status=Episode.Status.UPLOADED, uploaded_at__lt=cutoff).filter(
+        Q(qa_started_at__isnull=True) | Q(qa_started_at__lt=running_since)
+    )
     ids = list(stale.values_list("id", flat=True)[:1000])
     for episode_id in ids:
         enqueue_or_leave_to_sweeper(tasks.qa_episode, str(episode_id))
+    abandoned_before = now - timedelta(
+        seconds=settings.EPISODE_UPLOAD_ABANDONED_SECONDS + settings.S3_UPLOAD_URL_EXPIRY_SECONDS
+    )
+    for episode_id in Episode.objects.filter(
+        status=Episode.Status.REGISTERED, created_at__lt=abandoned_before
+    ).values_list("id", flat=True)[:1000]:
+        episode_abandon_upload(episode_id=episode_id)
     return len(ids)
+
+
+def qa_run_seconds() -> float:
+    """How long a QA run can last at most (its Celery hard time limit, and a margin)."""
+    return tasks.QA_TIME_LIMIT + 60
 
 
 def delivery_sweep() -> int:

@@ -82,6 +82,8 @@ def job_dispatch(*, job_id) -> DispatchResult:
                 fleet=fleet,
                 site_id=candidate.site_id,
                 score=candidate.score,
+                rate_per_hour=fleet.payout_rate_per_hour,
+                currency=fleet.currency,
                 expires_at=now + timedelta(seconds=settings.FLEETS_OFFER_TTL_SECONDS),
             )
             job.fleet, job.site_id = fleet, candidate.site_id
@@ -101,8 +103,17 @@ def job_dispatch(*, job_id) -> DispatchResult:
 
 
 def _assign(*, job: Job, fleet: Fleet, site_id, offer=None, bid=None, reason: str) -> Assignment:
+    """The fleet takes the job at the agreed rate: the winning bid's price, else the offer's."""
+    rate = bid.price_per_hour if bid is not None else offer.rate_per_hour
+    currency = fleet.currency if bid is not None else offer.currency
     assignment = Assignment.objects.create(
-        job=job, fleet=fleet, site_id=site_id, offer=offer, bid=bid
+        job=job,
+        fleet=fleet,
+        site_id=site_id,
+        offer=offer,
+        bid=bid,
+        rate_per_hour=rate,
+        currency=currency,
     )
     job.fleet, job.site_id = fleet, site_id
     job.flag_reason = ""
@@ -118,6 +129,8 @@ def offer_payload(offer: Offer) -> dict:
     return {
         "offer_id": str(offer.pk),
         "expires_at": offer.expires_at.isoformat(),
+        "rate_per_hour": str(offer.rate_per_hour),
+        "currency": offer.currency,
         "job": job_payload(offer.job),
     }
 
@@ -181,6 +194,29 @@ def offer_decline(*, organization: Organization, offer_id, reason: str = "") -> 
     return offer
 
 
+def job_price_per_hour(job: Job) -> Decimal:
+    """What the customer pays per ordered hour of the job's order: no fleet is paid more."""
+    order = job.order
+    return (order.total / order.hours).quantize(Decimal("0.0001"))
+
+
+def _check_bid_price(*, job: Job, fleet: Fleet, price_per_hour: Decimal) -> None:
+    order = job.order
+    if fleet.currency != order.currency:
+        raise invalid(
+            "price_per_hour",
+            f"Bids on this job are in {order.currency}; your fleet is paid in {fleet.currency}.",
+            ErrorCode.BID_CURRENCY,
+        )
+    ceiling = job_price_per_hour(job)
+    if price_per_hour > ceiling:
+        raise invalid(
+            "price_per_hour",
+            f"At most {ceiling} {order.currency} per hour (what the customer pays per hour).",
+            ErrorCode.BID_ABOVE_PRICE,
+        )
+
+
 def bid_place(
     *,
     organization: Organization,
@@ -194,7 +230,8 @@ def bid_place(
         raise invalid("price_per_hour", "Must be zero or more.")
     with transaction.atomic():
         job = (
-            Job.objects.select_for_update()
+            Job.objects.select_for_update(of=("self",))
+            .select_related("order")
             .filter(pk=job_id, status__in=[Job.Status.OPEN, Job.Status.OFFERED, Job.Status.FLAGGED])
             .first()
         )
@@ -209,6 +246,7 @@ def bid_place(
             raise NotFound("Site not found.", fields={"site": ["Site not found."]})
         if earliest_finish > job.deadline:
             raise invalid("earliest_finish", "Must be before the job's deadline.")
+        _check_bid_price(job=job, fleet=site.fleet, price_per_hour=price_per_hour)
         eligible = {c.site_id for c in selectors.dispatch_candidates(job=job, now=timezone.now())}
         if site.pk not in eligible:
             raise invalid(

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from billing import stripe_gateway as gateway
-from billing.models import FleetPayable, LedgerEntry, Payout
-from billing.services.payables import order_earned, order_fleet_payables
+from billing.models import BillingFlag, FleetPayable, LedgerEntry, Payout
+from billing.services.payables import order_earned, order_fleet_payables, order_net_revenue
 from billing.services.payouts import payout_run
 from orders.pricing import quantize_money
 from tests.billing.payout_helpers import delivered_order, fleet_with_account
@@ -140,9 +140,27 @@ def check_example(settings, monkeypatch, rates, with_account, orders, steps):
             or 0
         )
         assert owed == unpaid
-        # the last run had Stripe up: everyone with an account is paid in full
+        # the last run had Stripe up: everyone with an account is paid in full, but for
+        # payables held because their order's payables exceed its net revenue
+        held = (
+            FleetPayable.objects.filter(fleet=fleet)
+            .exclude(hold_reason="")
+            .aggregate(s=Sum("amount"))["s"]
+            or 0
+        )
         if has:
-            assert unpaid == 0
+            assert unpaid == held
+    # the ledger invariant: per order, fleet payables never exceed net revenue without a
+    # flag, and then none of them was paid out
+    for o in delivered:
+        payables = FleetPayable.objects.filter(order=o)
+        total = payables.aggregate(s=Sum("amount"))["s"] or 0
+        if total > order_net_revenue(o):
+            assert BillingFlag.objects.filter(
+                kind=BillingFlag.Kind.PAYABLES_EXCEED_REVENUE, order=o
+            ).exists()
+            assert not payables.filter(payout__status=Payout.Status.PAID).exists()
+            assert not payables.filter(hold_reason="").exists()
     # each payable paid at most once: one transfer per paid payout, payout = its payables
     for payout in Payout.objects.filter(status=Payout.Status.PAID):
         assert payout.payables.aggregate(s=Sum("amount"))["s"] == payout.amount

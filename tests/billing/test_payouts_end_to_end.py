@@ -24,7 +24,10 @@ def test_a_paid_order_delivered_pays_its_fleet_once(
     order, _, _ = paid_order()
     fleet = fleet_with_account(payout_rate_per_hour=Decimal("50"))
     CompletedJobFactory(
-        order=order, site=SiteFactory(fleet=fleet), accepted_seconds=Decimal("27000")
+        order=order,
+        site=SiteFactory(fleet=fleet),
+        accepted_seconds=Decimal("27000"),
+        target_hours=Decimal("7.50"),
     )
     Order.objects.filter(pk=order.pk).update(
         accepted_seconds=Decimal("27000"), accepted_hours=Decimal("7.50")

@@ -1,5 +1,6 @@
 """Coverage and operator figures per order, through the customer API."""
 
+import uuid
 from decimal import Decimal
 
 import pytest
@@ -37,7 +38,7 @@ def episode(
         objects_handled=list(objects),
         fps=30,
         size_bytes=100,
-        sha256="0" * 64,
+        sha256=uuid.uuid4().hex * 2,  # distinct files (the same file counts once per order)
         upload_key="k",
         status=status,
         frames=int(Decimal(seconds) * 30) if status == Episode.Status.ACCEPTED else None,

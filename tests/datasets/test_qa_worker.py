@@ -14,6 +14,7 @@ from datasets.episode_format import episode_table, parquet_bytes
 from datasets.models import Episode
 from orders.models import Order
 from tests.celery_worker import wait_for
+from tests.datasets.helpers import frames_in
 from tests.factories import FleetFactory, JobFactory, OrderFactory, RobotFactory, SiteFactory
 
 pytestmark = [pytest.mark.real_worker, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -52,6 +53,7 @@ def test_qa_of_50_episodes_on_2_processes_accrues_exactly(
                 "fps": 30,
                 "size_bytes": len(data),
                 "sha256": hashlib.sha256(data).hexdigest(),
+                "frames": frames_in(data),
             },
             format="json",
         )

@@ -23,7 +23,7 @@ from django.db import connection, connections
 from datasets.episode_format import episode_table, parquet_bytes
 from local_s3.launcher import free_port
 from tests.celery_worker import ROOT, wait_for
-from tests.datasets.helpers import Collection
+from tests.datasets.helpers import Collection, frames_in
 from tests.faults.conftest import (
     Stopwatch,
     assert_each_episode_decided_once,
@@ -118,6 +118,7 @@ def test_web_requests_after_the_database_dropped_the_connections_succeed(
         "fps": 30,
         "size_bytes": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
+        "frames": frames_in(data),
     }
     path = f"/api/v1/fleet/jobs/{collection.job.id}/episodes"
     statuses += [call(web_server, key, "POST", path, body)[0] for _ in range(3)]

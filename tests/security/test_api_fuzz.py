@@ -73,6 +73,8 @@ class World:
             fleet=collection.site.fleet,
             site=collection.site,
             score=1.0,
+            rate_per_hour=collection.site.fleet.payout_rate_per_hour,
+            currency=collection.site.fleet.currency,
             expires_at=timezone.now() + timedelta(hours=1),
         )
         delivery = Delivery.objects.create(

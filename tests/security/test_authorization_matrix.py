@@ -125,6 +125,7 @@ def _episode(world, tenant):
         "fps": 30,
         "size_bytes": 1000,
         "sha256": "c" * 64,
+        "frames": 300,
     }
 
 

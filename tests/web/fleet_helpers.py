@@ -51,6 +51,8 @@ def offered_job(site, *, expires_in=timedelta(minutes=15), customer_org=None, se
         fleet=site.fleet,
         site=site,
         score=0.8,
+        rate_per_hour=site.fleet.payout_rate_per_hour,
+        currency=site.fleet.currency,
         expires_at=timezone.now() + expires_in,
     )
     return job, offer

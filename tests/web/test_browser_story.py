@@ -23,7 +23,7 @@ from marketplace.models import Organization
 from orders.models import Order
 from tests.billing.conftest import API_KEY, WEBHOOK_SECRET, localstripe_url  # noqa: F401
 from tests.billing.fake_checkout import FakeCheckout
-from tests.datasets.helpers import put
+from tests.datasets.helpers import frames_in, put
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
 from tests.web.fleet_helpers import operator_fleet
 from tests.web.test_browser import (  # noqa: F401  (fixtures)
@@ -81,6 +81,7 @@ def upload(client: APIClient, job: Job, site, robot, seconds: int, seed: int) ->
             "fps": EPISODE_FPS,
             "size_bytes": len(data),
             "sha256": hashlib.sha256(data).hexdigest(),
+            "frames": frames_in(data),
             "objects_handled": ["peg-8mm"],
         },
         format="json",

@@ -1,0 +1,170 @@
+"""QA of one file in a child process with a memory ceiling and a deadline.
+
+The footer checks in qa_checks refuse what a file declares beyond QALimits, but a parquet
+decoder can still be made to allocate far more than the file's size (pages that lie about
+their contents, run-length bombs). So the checks run in a forked child whose address space is
+capped (RLIMIT_AS: its size at fork plus EPISODE_QA_MEMORY_BYTES) and which is killed at the
+deadline. The QA worker itself never grows: a child that runs out of memory or time gives a
+verdict (`qa_memory_limit`, `qa_time_limit`), and the worker goes on with the next episode.
+A child that dies of anything else (a decoder crash) is a verdict too; storage errors in the
+child come back as StorageUnavailable, so the task retries them like any other.
+
+`os.fork` (not multiprocessing): Celery's prefork pool children are daemonic, and
+multiprocessing refuses children of daemonic processes. The child touches no database and
+makes its own storage connections; it leaves with `os._exit`, running no cleanup of its
+parent's.
+"""
+
+import os
+import pickle
+import resource
+import select
+import signal
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from datasets import storage
+from datasets.qa_checks import EpisodeExpectation, QALimits, QAResult, Reason, check_stored_episode
+
+MEMORY_EXIT = 3  # the child ran out of its memory budget
+RESULT_LIMIT_BYTES = 4 * 1024 * 1024  # a QAResult is a few KB; more is refused
+
+
+class SandboxError(RuntimeError):
+    """The checks raised an unexpected error in the child (reported, never a verdict)."""
+
+
+@dataclass(frozen=True)
+class ChildOutcome:
+    result: QAResult
+    peak_rss_bytes: int  # the child's, from wait4's rusage
+    seconds: float
+
+
+def qa_limits() -> QALimits:
+    return QALimits(
+        max_footer_bytes=settings.EPISODE_QA_MAX_FOOTER_BYTES,
+        max_row_groups=settings.EPISODE_QA_MAX_ROW_GROUPS,
+        max_columns=settings.EPISODE_QA_MAX_COLUMNS,
+        max_decoded_bytes=settings.EPISODE_QA_MAX_DECODED_BYTES,
+        batch_rows=settings.EPISODE_QA_BATCH_ROWS,
+        seconds=settings.EPISODE_QA_TIME_LIMIT_SECONDS,
+    )
+
+
+def check_stored_episode_bounded(key: str, expected: EpisodeExpectation) -> QAResult:
+    """check_stored_episode within QALimits, in the sandbox unless EPISODE_QA_SANDBOX is off."""
+    limits = qa_limits()
+    if not settings.EPISODE_QA_SANDBOX:
+        return check_stored_episode(key, expected, limits)
+    return run_in_sandbox(
+        lambda: check_stored_episode(key, expected, limits),
+        memory_bytes=settings.EPISODE_QA_MEMORY_BYTES,
+        seconds=limits.seconds + 5,  # the checks stop themselves first; this is the backstop
+    ).result
+
+
+def run_in_sandbox(check, *, memory_bytes: int, seconds: float) -> ChildOutcome:
+    """Run check() -> QAResult in a forked child within `memory_bytes` more than the child's
+    size at fork and `seconds`; limits and crashes come back as failed results."""
+    started = time.monotonic()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.close(read_end)
+        _child(check, write_end, memory_bytes)  # never returns
+    os.close(write_end)
+    payload, timed_out = _read_until(read_end, deadline=started + seconds)
+    os.close(read_end)
+    if timed_out:
+        os.kill(pid, signal.SIGKILL)
+    _, status, usage = os.wait4(pid, 0)
+    peak = usage.ru_maxrss * 1024  # KiB on Linux
+    elapsed = time.monotonic() - started
+    result = _verdict(payload, status, timed_out=timed_out, memory_bytes=memory_bytes, secs=seconds)
+    return ChildOutcome(result=result, peak_rss_bytes=peak, seconds=elapsed)
+
+
+def _child(check, write_end: int, memory_bytes: int) -> None:
+    code = 0
+    try:
+        for name in ("SIGTERM", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGHUP"):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)  # not the worker's handlers
+        ceiling = _address_space_bytes() + memory_bytes
+        resource.setrlimit(resource.RLIMIT_AS, (ceiling, ceiling))
+        storage.reset_connections()  # the parent's sockets are not ours to use
+        try:
+            payload = ("result", check())
+        except MemoryError:
+            payload, code = ("memory", None), MEMORY_EXIT
+        except storage.StorageError as exc:
+            payload = ("storage", str(exc)[:2000])
+        except Exception as exc:  # a checker bug: reported, never a crash of the worker
+            payload = ("error", f"{type(exc).__name__}: {exc}"[:2000])
+        data = pickle.dumps(payload)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(write_end, view) :]
+    except MemoryError:
+        code = MEMORY_EXIT
+    except BaseException:
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _read_until(fd: int, *, deadline: float) -> tuple[bytes, bool]:
+    chunks, size = [], 0
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return b"".join(chunks), True
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks), False
+        size += len(chunk)
+        if size > RESULT_LIMIT_BYTES:
+            return b"", False
+        chunks.append(chunk)
+
+
+def _verdict(payload: bytes, status: int, *, timed_out: bool, memory_bytes: int, secs: float):
+    result = QAResult()
+    if timed_out:
+        result.fail(Reason.QA_TIME_LIMIT, f"Checking the file took longer than {secs:g} s.")
+        return result
+    try:
+        kind, value = pickle.loads(payload) if payload else ("crash", None)  # noqa: S301 (our child's)
+    except (pickle.UnpicklingError, EOFError, ValueError):
+        kind, value = "crash", None
+    if kind == "result":
+        return value
+    if kind == "storage":
+        raise storage.StorageUnavailable(value)
+    if kind == "memory" or os.waitstatus_to_exitcode(status) == MEMORY_EXIT:
+        result.fail(
+            Reason.QA_MEMORY_LIMIT,
+            f"Checking the file needed more than {memory_bytes // 2**20} MiB; it was stopped.",
+        )
+        return result
+    if kind == "error":
+        # Not a verdict on the file: the run stays unfinished (counted, retried, then given up).
+        raise SandboxError(value)
+    result.fail(
+        Reason.QA_FAILED,
+        f"The checker crashed on this file (exit status {os.waitstatus_to_exitcode(status)}).",
+    )
+    return result
+
+
+def _address_space_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
