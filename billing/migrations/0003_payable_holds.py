@@ -4,25 +4,44 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('billing', '0002_fleet_payouts'),
+        ("billing", "0002_fleet_payouts"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='fleetpayable',
-            name='hold_reason',
+            model_name="fleetpayable",
+            name="hold_reason",
             field=models.TextField(blank=True),
         ),
         migrations.AddField(
-            model_name='fleetpayable',
-            name='hold_released_at',
+            model_name="fleetpayable",
+            name="hold_released_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AlterField(
-            model_name='billingflag',
-            name='kind',
-            field=models.CharField(choices=[('amount_mismatch', 'Amount or currency does not match the order'), ('duplicate_payment', 'A second payment succeeded for an order'), ('paid_after_cancel', 'Payment succeeded for a cancelled order'), ('dispute', 'Dispute opened'), ('external_refund', 'Refund issued outside the platform'), ('refund_exceeds', 'Refund larger than what is refundable'), ('refund_failed', 'Stripe refused a refund'), ('manual_refund', 'A refund needs a staff decision'), ('stuck_event', 'A webhook event could not be processed'), ('no_payout_account', 'A fleet is owed money but has no payout account'), ('payout_failed', 'Stripe refused a payout transfer'), ('payable_unrecorded', 'Accepted hours could not become a payable'), ('payables_exceed_revenue', 'Fleet payables exceed what the customer paid: payouts held')], max_length=30),
+            model_name="billingflag",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("amount_mismatch", "Amount or currency does not match the order"),
+                    ("duplicate_payment", "A second payment succeeded for an order"),
+                    ("paid_after_cancel", "Payment succeeded for a cancelled order"),
+                    ("dispute", "Dispute opened"),
+                    ("external_refund", "Refund issued outside the platform"),
+                    ("refund_exceeds", "Refund larger than what is refundable"),
+                    ("refund_failed", "Stripe refused a refund"),
+                    ("manual_refund", "A refund needs a staff decision"),
+                    ("stuck_event", "A webhook event could not be processed"),
+                    ("no_payout_account", "A fleet is owed money but has no payout account"),
+                    ("payout_failed", "Stripe refused a payout transfer"),
+                    ("payable_unrecorded", "Accepted hours could not become a payable"),
+                    (
+                        "payables_exceed_revenue",
+                        "Fleet payables exceed what the customer paid: payouts held",
+                    ),
+                ],
+                max_length=30,
+            ),
         ),
     ]
