@@ -19,6 +19,7 @@ from datasets.services.episodes import (
     episode_renew_upload,
 )
 from fleets.models import Job
+from marketplace.client_address import client_address
 from marketplace.errors import NotFound
 from marketplace.idempotency import idempotent_response
 from marketplace.permissions import CanOrder, FleetOperatorApi, IsCustomer, IsOrganizationOwner
@@ -371,8 +372,6 @@ class DeliveryFileList(CustomerApi, generics.ListAPIView):
         return DeliveryFile.objects.filter(delivery=delivery)
 
 
-def client_ip(request) -> str | None:
-    return request.META.get("REMOTE_ADDR") or None
 
 
 class DeliveryDownload(CustomerApi, APIView):
@@ -391,7 +390,7 @@ class DeliveryDownload(CustomerApi, APIView):
             caller=caller,
             delivery_id=pk,
             path=request.query_params.get("path", "manifest.json"),
-            ip_address=client_ip(request),
+            ip_address=client_address(request),
             user_agent=request.headers.get("User-Agent", ""),
         )
         response = Response(status=status.HTTP_302_FOUND, headers={"Location": link.url})

@@ -57,21 +57,35 @@ class DatasetCardFacts:
     order_id: str = ""
 
 
+# Characters that make HTML, links, images, code, tables or headings of plain text (":" too:
+# GFM turns "http://..." into links), escaped with a backslash (CommonMark allows it for any
+# ASCII punctuation). "_" stays: inside words it is no emphasis, and emphasis is harmless.
+MARKDOWN_SPECIAL = set("\\`*{}[]()<>#!|~&:")
+
+
+def md(value) -> str:
+    """Any value as inert Markdown text on one line: HTML and Markdown syntax escaped (so a
+    fleet naming its site `<script>` or `[click](http://...)` renders just that text), control
+    characters and line breaks turned into spaces (they could end a table row)."""
+    text = "".join(" " if (ord(c) < 32 or ord(c) == 127) else c for c in str(value))
+    return "".join(f"\\{c}" if c in MARKDOWN_SPECIAL else c for c in text)
+
+
 def render_dataset_card(facts: DatasetCardFacts) -> str:
     success = "n/a" if facts.success_rate is None else f"{facts.success_rate:.1%}"
     window = "n/a"
     if facts.collected_from and facts.collected_to:
         window = f"{facts.collected_from:%Y-%m-%d} to {facts.collected_to:%Y-%m-%d}"
     lines = [
-        f"# {facts.title}",
+        f"# {md(facts.title)}",
         "",
         "A teleoperated robot motion dataset in LeRobot v3.0 format. Load it offline with",
         "`LeRobotDataset(repo_id, root=<this folder>)`.",
         "",
         "| | |",
         "|---|---|",
-        f"| Task | {facts.task} |",
-        f"| Embodiment | {facts.embodiment} (`robot_type` {facts.robot_type}) |",
+        f"| Task | {md(facts.task)} |",
+        f"| Embodiment | {md(facts.embodiment)} (`robot_type` {md(facts.robot_type)}) |",
         f"| Frames per second | {facts.fps} |",
         f"| Hours | {facts.hours} |",
         f"| Episodes | {facts.episodes} |",
@@ -81,8 +95,8 @@ def render_dataset_card(facts: DatasetCardFacts) -> str:
         f"| Operators | {facts.operators} |",
         f"| Success rate (operator labels) | {success} |",
         f"| Collected | {window} |",
-        f"| License | {facts.license} |",
-        f"| Order | {facts.order_id} |",
+        f"| License | {md(facts.license)} |",
+        f"| Order | {md(facts.order_id)} |",
         "",
         "## Quality assurance",
         "",
@@ -94,12 +108,12 @@ def render_dataset_card(facts: DatasetCardFacts) -> str:
         f"- rejected: {facts.qa_rejected}",
     ]
     for reason, count in sorted(facts.qa_rejections_by_reason.items()):
-        lines.append(f"  - {reason}: {count}")
+        lines.append(f"  - {md(reason)}: {count}")
     lines += ["", "## Provenance", ""]
     if facts.provenance:
         lines += ["| Fleet | Site | Site kind | Episodes | Hours |", "|---|---|---|---|---|"]
         lines += [
-            f"| {p.fleet} | {p.site} | {p.site_kind} | {p.episodes} | {p.hours} |"
+            f"| {md(p.fleet)} | {md(p.site)} | {md(p.site_kind)} | {p.episodes} | {p.hours} |"
             for p in facts.provenance
         ]
     else:

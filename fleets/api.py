@@ -29,6 +29,7 @@ from fleets.services.registry import (
 )
 from marketplace.errors import ServiceError
 from marketplace.permissions import FleetOperatorApi
+from marketplace.responses import shown_once
 
 HOURS = {"max_digits": 9, "decimal_places": 2}
 MONEY = {"max_digits": 14, "decimal_places": 4}
@@ -95,7 +96,9 @@ class FleetListCreate(FleetOperatorApi, generics.ListCreateAPIView):
         serializer = FleetSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         fleet = fleet_create(organization=self.organization, **serializer.validated_data)
-        return Response(FleetWithSecretSerializer(fleet).data, status=status.HTTP_201_CREATED)
+        return shown_once(
+            Response(FleetWithSecretSerializer(fleet).data, status=status.HTTP_201_CREATED)
+        )
 
 
 class FleetDetail(FleetOperatorApi, generics.RetrieveUpdateDestroyAPIView):
@@ -128,7 +131,7 @@ class FleetRotateSecret(FleetOperatorApi, APIView):
     @extend_schema(request=None, responses=FleetWithSecretSerializer)
     def post(self, request, pk):
         fleet = fleet_rotate_secret(organization=self.organization, fleet_id=pk)
-        return Response(FleetWithSecretSerializer(fleet).data)
+        return shown_once(Response(FleetWithSecretSerializer(fleet).data))
 
 
 class FleetHeartbeat(FleetOperatorApi, APIView):
@@ -346,6 +349,8 @@ class OfferSerializer(serializers.ModelSerializer):
             "site",
             "status",
             "score",
+            "rate_per_hour",
+            "currency",
             "expires_at",
             "responded_at",
             "created_at",
@@ -359,6 +364,10 @@ class AssignmentSerializer(serializers.Serializer):
     fleet = serializers.UUIDField(source="fleet_id")
     site = serializers.UUIDField(source="site_id")
     offer = serializers.UUIDField(source="offer_id", allow_null=True)
+    rate_per_hour = serializers.DecimalField(
+        max_digits=14, decimal_places=4, help_text="The agreed pay per accepted hour."
+    )
+    currency = serializers.CharField()
     created_at = serializers.DateTimeField()
 
 

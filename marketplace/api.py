@@ -10,6 +10,7 @@ from marketplace import services
 from marketplace.errors import NotFound
 from marketplace.models import ApiKey, Membership
 from marketplace.permissions import IsOrganizationOwner
+from marketplace.responses import shown_once
 from marketplace.tenancy import caller_for_request
 from marketplace.throttling import CallerRateThrottle
 
@@ -97,7 +98,7 @@ class ApiKeyListCreate(generics.ListAPIView):
             created_by=caller.user,
         )
         data = ApiKeySerializer(issued.api_key).data | {"key": issued.raw_key}
-        return Response(data, status=status.HTTP_201_CREATED)
+        return shown_once(Response(data, status=status.HTTP_201_CREATED))
 
 
 class ApiKeyRevoke(APIView):
@@ -144,4 +145,6 @@ class OrganizationWebhook(APIView):
             organization=caller_for_request(request).organization,
             url=serializer.validated_data["url"],
         )
-        return Response({"url": serializer.validated_data["url"].strip(), "secret": secret})
+        return shown_once(
+            Response({"url": serializer.validated_data["url"].strip(), "secret": secret})
+        )

@@ -6,4 +6,14 @@ class MarketplaceConfig(AppConfig):
     verbose_name = "Accounts"
 
     def ready(self):
-        from marketplace import schema  # noqa: F401 - registers the OpenAPI auth extension
+        from django.db.models.signals import post_delete, post_save, pre_delete
+
+        from marketplace import receivers, schema  # noqa: F401 - schema registers the auth scheme
+        from marketplace.models import Membership, User
+
+        # Admin deletions and cascades included: the keys of whoever leaves stop working.
+        post_delete.connect(
+            receivers.on_membership_deleted, sender=Membership, dispatch_uid="keys.membership"
+        )
+        post_save.connect(receivers.on_user_saved, sender=User, dispatch_uid="keys.user")
+        pre_delete.connect(receivers.on_user_deleting, sender=User, dispatch_uid="keys.user_del")

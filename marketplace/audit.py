@@ -35,6 +35,12 @@ def user_label(user) -> str:
     return f"{prefix}:{user.get_username()}"
 
 
+def public_label(label: str) -> str:
+    """The label as the customer or fleet the row concerns may see it: which staff member
+    acted stays internal (`staff:alice` -> `staff`)."""
+    return "staff" if label.startswith("staff:") else (label or "system")
+
+
 def actor_label(caller=None, *, system: str = "system") -> str:
     """The label of a tenancy Caller (marketplace.tenancy), or `system` when there is none."""
     if caller is None:

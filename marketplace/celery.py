@@ -10,11 +10,14 @@ app = Celery("marketplace")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 # One queue per kind of work, so each can get its own worker processes in production.
 app.conf.task_routes = {
+    # Webhooks to fleets and customers have their own queue (and workers, in production): a
+    # slow receiver never delays dispatch, QA or deliveries. First match wins.
+    "fleets.tasks.webhook_deliver": {"queue": "webhooks"},
+    "marketplace.tasks.*": {"queue": "webhooks"},
     "fleets.tasks.*": {"queue": "dispatch"},
     "datasets.tasks.qa_*": {"queue": "qa"},
     "datasets.tasks.delivery_*": {"queue": "delivery"},
     "billing.tasks.*": {"queue": "billing"},
-    "marketplace.tasks.*": {"queue": "delivery"},  # customers' webhooks (delivery.ready)
 }
 app.autodiscover_tasks()
 

@@ -29,6 +29,7 @@ class ErrorCode(models.TextChoices):
     METHOD_NOT_ALLOWED = "method_not_allowed", "This endpoint does not take this method."
     NOT_ACCEPTABLE = "not_acceptable", "No response format matches the Accept header."
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type", "The body is not JSON."
+    PAYLOAD_TOO_LARGE = "payload_too_large", "The request body is larger than accepted."
     THROTTLED = "throttled", "Too many requests; retry after `Retry-After` seconds."
     CONFLICT = "conflict", "The object's current state does not allow this."
     SERVICE_UNAVAILABLE = "service_unavailable", "A system the platform depends on is down."

@@ -17,13 +17,16 @@ HMAC over the timestamp, a dot and the raw body bytes, compare in constant time,
 timestamp older than the tolerance (replays).
 """
 
+import contextlib
 import hashlib
 import hmac
+import http.client
 import ipaddress
 import json
+import socket
+import ssl
+import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -41,16 +44,115 @@ EVENT_HEADER = "X-Marketplace-Event"
 DELIVERY_HEADER = "X-Marketplace-Delivery"
 DEFAULT_TOLERANCE_SECONDS = 300
 USER_AGENT = "motion-marketplace-webhooks/1"
+MAX_RESPONSE_BYTES = 64 * 1024  # of a receiver's answer: only its status matters
 
 
 # --- Receiver URLs ---------------------------------------------------------------------------
 
+# Never a webhook's destination, whatever a name resolves to: loopback, private, link-local,
+# shared (CGNAT), multicast, reserved, documentation and benchmarking ranges, and the IPv6
+# forms that embed or translate IPv4 (mapped, NAT64, 6to4, Teredo) or stay local (ULA).
+INTERNAL_NETWORKS = tuple(
+    ipaddress.ip_network(network)
+    for network in (
+        "0.0.0.0/8",
+        "10.0.0.0/8",
+        "100.64.0.0/10",
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "172.16.0.0/12",
+        "192.0.0.0/24",
+        "192.0.2.0/24",
+        "192.88.99.0/24",
+        "192.168.0.0/16",
+        "198.18.0.0/15",
+        "198.51.100.0/24",
+        "203.0.113.0/24",
+        "224.0.0.0/4",
+        "240.0.0.0/4",
+        "::/128",
+        "::1/128",
+        "::ffff:0:0/96",
+        "64:ff9b::/96",
+        "64:ff9b:1::/48",
+        "100::/64",
+        "2001::/23",
+        "2001:db8::/32",
+        "2002::/16",
+        "fc00::/7",
+        "fe80::/10",
+        "fec0::/10",
+        "ff00::/8",
+    )
+)
+LOOPBACK_NETWORKS = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
+
+
+class DestinationRefused(ValueError):
+    """A receiver URL whose host is (or resolves to) an address webhooks never go to."""
+
+
+def _embedded(address) -> list:
+    """The address and any IPv4 address an IPv6 form carries (mapped, 6to4, Teredo)."""
+    found = [address]
+    if address.version == 6:
+        for inner in (address.ipv4_mapped, address.sixtofour):
+            if inner is not None:
+                found.append(inner)
+        if address.teredo is not None:
+            found.extend(address.teredo)
+    return found
+
+
+def address_allowed(address, *, allow_loopback: bool) -> bool:
+    """A public unicast address (or, with allow_loopback, a loopback one)."""
+    for candidate in _embedded(address):
+        if allow_loopback and any(candidate in net for net in LOOPBACK_NETWORKS):
+            continue
+        if any(candidate in net for net in INTERNAL_NETWORKS) or not candidate.is_global:
+            return False
+    return True
+
+
+def resolve(host: str, port: int) -> list:
+    """Every address the host stands for: an IP literal, a legacy numeric spelling
+    (2130706433, 0x7f.1, 0177.0.0.1, 127.1: what the C resolver accepts), or a DNS name."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return sorted({ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos}, key=str)
+
+
+def _split(url: str) -> tuple[str, str, int, str]:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    path = parts.path or "/"
+    if parts.query:
+        path = f"{path}?{parts.query}"
+    return parts.scheme, parts.hostname or "", port, path
+
+
+def destination(url: str, *, allow_loopback: bool) -> list:
+    """The addresses a request to `url` may connect to; DestinationRefused when the host is,
+    or any of its addresses is, internal (a name that also resolves inside is refused whole)."""
+    _, host, port, _ = _split(url)
+    try:
+        addresses = resolve(host, port)
+    except (OSError, UnicodeError) as exc:
+        raise DestinationRefused(f"{host} does not resolve ({exc})") from exc
+    refused = [a for a in addresses if not address_allowed(a, allow_loopback=allow_loopback)]
+    if refused or not addresses:
+        raise DestinationRefused(
+            f"{host} resolves to {', '.join(map(str, refused or addresses))}: not a public address"
+        )
+    return addresses
+
 
 def validate_url(url: str, *, field_name: str, allow_insecure: bool) -> str:
-    """An absolute https URL of a public host, without credentials ('' stays '').
+    """An absolute https URL without credentials whose host is not, and does not resolve to,
+    an internal address ('' stays ''). A name that does not resolve yet is accepted: the
+    same check runs again at every send, on the addresses the request then connects to.
 
-    `allow_insecure` (local development and the test suite's own receivers only) also accepts
-    plain http and loopback or private hosts.
+    `allow_insecure` (local development and the test suite's own receivers only) also
+    accepts plain http and loopback hosts; private and other internal ranges never.
     """
     url = (url or "").strip()
     if not url:
@@ -59,23 +161,22 @@ def validate_url(url: str, *, field_name: str, allow_insecure: bool) -> str:
     def refuse(message: str):
         return invalid(field_name, message, ErrorCode.INVALID_WEBHOOK_URL)
 
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except ValueError as exc:
+        raise refuse(f"Not a valid URL ({exc}).") from exc
     if parts.scheme not in ("https", "http") or not parts.hostname:
         raise refuse("Enter an absolute https:// URL.")
     if parts.scheme != "https" and not allow_insecure:
         raise refuse("Webhook URLs must use https.")
     if parts.username or parts.password:
         raise refuse("No credentials in the URL.")
-    host = parts.hostname
     try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        address = None
-    internal = host == "localhost" or (
-        address is not None and (address.is_private or address.is_loopback or address.is_reserved)
-    )
-    if internal and not allow_insecure:
-        raise refuse("Webhook URLs must be public addresses.")
+        destination(url, allow_loopback=allow_insecure)
+    except DestinationRefused as exc:
+        if "does not resolve" not in str(exc):
+            raise refuse(f"Webhook URLs must be public addresses: {exc}.") from exc
     return url
 
 
@@ -125,37 +226,107 @@ class PostResult:
     status_code: int | None
     error: str
     elapsed_ms: int
+    permanent: bool = False  # the destination is refused: retrying cannot help
+
+
+class _PinnedHTTPConnection(http.client.HTTPConnection):
+    """Connects to the address checked beforehand, not to whatever the name resolves to now."""
+
+    def __init__(self, host: str, port: int, *, address, timeout: float):
+        super().__init__(host, port, timeout=timeout)
+        self._address = str(address)
+
+    def connect(self):
+        self.sock = socket.create_connection((self._address, self.port), self.timeout)
+
+
+class _PinnedHTTPSConnection(http.client.HTTPSConnection):
+    """TLS to the checked address, verified against the URL's host name."""
+
+    def __init__(self, host: str, port: int, *, address, timeout: float):
+        super().__init__(host, port, timeout=timeout, context=ssl.create_default_context())
+        self._address = str(address)
+
+    def connect(self):
+        sock = socket.create_connection((self._address, self.port), self.timeout)
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
 
 
 def post(
-    *, url: str, secret: str, event_type: str, delivery_id: str, payload: dict, timeout: float
+    *,
+    url: str,
+    secret: str,
+    event_type: str,
+    delivery_id: str,
+    payload: dict,
+    timeout: float,
+    allow_loopback: bool = False,
+    max_response_bytes: int = MAX_RESPONSE_BYTES,
 ) -> PostResult:
-    """POST one signed event. Never raises for HTTP or network failures: returns the result."""
-    body = encode_body(payload)
-    request = urllib.request.Request(  # noqa: S310 (the URL was validated when it was saved)
-        url,
-        data=body,
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "User-Agent": USER_AGENT,
-            EVENT_HEADER: event_type,
-            DELIVERY_HEADER: delivery_id,
-            SIGNATURE_HEADER: signature_header(secret, body),
-        },
-    )
+    """POST one signed event to a destination checked now (the host is resolved at send
+    time and the connection pinned to the address checked, so a name re-pointed inside since
+    it was saved, DNS rebinding included, is refused). No redirects are followed; `timeout`
+    bounds the whole request, connect to last byte, and at most `max_response_bytes` of the
+    answer are read. Never raises for HTTP or network failures: returns the result."""
     started = time.monotonic()
+    body = encode_body(payload)
+    scheme, host, port, path = _split(url)
+
+    def done(**fields) -> PostResult:
+        elapsed_ms = int((time.monotonic() - started) * 1000)
+        return PostResult(elapsed_ms=elapsed_ms, **fields)
+
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-            status_code = response.status
-        error = ""
-    except urllib.error.HTTPError as exc:
-        status_code, error = exc.code, f"HTTP {exc.code}"
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        status_code, error = None, f"{type(exc).__name__}: {exc}"[:500]
-    elapsed_ms = int((time.monotonic() - started) * 1000)
-    ok = status_code is not None and 200 <= status_code < 300
-    return PostResult(ok=ok, status_code=status_code, error=error, elapsed_ms=elapsed_ms)
+        address = destination(url, allow_loopback=allow_loopback)[0]
+    except DestinationRefused as exc:
+        return done(ok=False, status_code=None, error=f"refused: {exc}"[:500], permanent=True)
+    if scheme != "https" and not allow_loopback:
+        return done(ok=False, status_code=None, error="refused: not https", permanent=True)
+    kind = _PinnedHTTPSConnection if scheme == "https" else _PinnedHTTPConnection
+    connection = kind(host, port, address=address, timeout=timeout)
+    # The socket timeout bounds each read; this timer bounds the whole exchange, so a
+    # receiver trickling a byte at a time cannot hold a worker past the deadline.
+    deadline = threading.Timer(timeout, _cut, args=(connection,))
+    deadline.daemon = True
+    deadline.start()
+    try:
+        connection.request(
+            "POST",
+            path,
+            body=body,
+            headers={
+                "Content-Type": "application/json",
+                "User-Agent": USER_AGENT,
+                EVENT_HEADER: event_type,
+                DELIVERY_HEADER: delivery_id,
+                SIGNATURE_HEADER: signature_header(secret, body),
+            },
+        )
+        response = connection.getresponse()
+        response.read(max_response_bytes)
+        status_code = response.status
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        late = time.monotonic() - started >= timeout
+        error = f"timed out after {timeout:g} s" if late else f"{type(exc).__name__}: {exc}"
+        return done(ok=False, status_code=None, error=error[:500])
+    finally:
+        deadline.cancel()
+        connection.close()
+    ok = 200 <= status_code < 300
+    error = (
+        ""
+        if ok
+        else f"HTTP {status_code}"
+        + (" (redirects are not followed)" if 300 <= status_code < 400 else "")
+    )
+    return done(ok=ok, status_code=status_code, error=error)
+
+
+def _cut(connection) -> None:
+    sock = connection.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 def backoff_seconds(attempt: int, *, base: float, cap: float) -> float:
@@ -171,7 +342,8 @@ class RetryPolicy:
     max_attempts: int
     backoff_seconds: float
     backoff_max_seconds: float
-    timeout_seconds: float
+    timeout_seconds: float  # of one attempt, connect to last byte
+    allow_loopback: bool = False  # local development and the test suite's own receivers
 
 
 @dataclass(frozen=True)
@@ -213,6 +385,7 @@ def delivery_attempt(*, model, delivery_id, policy: RetryPolicy) -> AttemptOutco
         delivery_id=str(delivery.pk),
         payload=delivery.payload,
         timeout=policy.timeout_seconds,
+        allow_loopback=policy.allow_loopback,
     )
     now = timezone.now()
     with transaction.atomic():
@@ -235,7 +408,7 @@ def delivery_attempt(*, model, delivery_id, policy: RetryPolicy) -> AttemptOutco
             delivery.status = model.Status.DELIVERED
             delivery.delivered_at = now
             delivery.next_attempt_at = None
-        elif delivery.attempt_count >= policy.max_attempts:
+        elif result.permanent or delivery.attempt_count >= policy.max_attempts:
             delivery.status = model.Status.FAILED
             delivery.next_attempt_at = None
         else:

@@ -49,6 +49,7 @@ ERROR_DESCRIPTIONS = {
     "whether named in the path or in the body, or an invalid page cursor.",
     409: "The object's current state does not allow this, or the Idempotency-Key was used "
     "with another body.",
+    413: "The body is larger than the API accepts (`payload_too_large`).",
     415: "The body is not JSON.",
     429: "Too many requests: retry after the `Retry-After` header's seconds.",
 }
@@ -90,7 +91,7 @@ class AutoSchema(SpectacularAutoSchema):
         if self.method in UNSAFE_METHODS:
             statuses.append(409)
         if has_body:
-            statuses.append(415)
+            statuses.extend([413, 415])
         if view.get_throttles():
             statuses.append(429)
         return sorted(statuses)

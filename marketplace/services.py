@@ -1,5 +1,6 @@
 """Writes for accounts: organizations, memberships, API keys, the organization's webhook."""
 
+import contextlib
 import hashlib
 import re
 import secrets
@@ -90,6 +91,21 @@ def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
     return api_key
 
 
+def api_keys_revoke_created_by(*, user, organization_id=None) -> int:
+    """A person left the organization (or was deactivated): the keys they created stop
+    working at once (an API key acts for its organization, but only while whoever issued it
+    may still act for it). Returns how many were revoked."""
+    keys = ApiKey.objects.filter(created_by=user, revoked_at__isnull=True)
+    if organization_id is not None:
+        keys = keys.filter(organization_id=organization_id)
+    revoked = 0
+    for api_key in keys:
+        with contextlib.suppress(Conflict):  # revoked meanwhile
+            api_key_revoke(api_key=api_key)
+            revoked += 1
+    return revoked
+
+
 def api_key_touch(*, api_key: ApiKey, min_interval_seconds: int = 60) -> None:
     """Record use, at most once a minute per key so reads do not all turn into writes."""
     now = timezone.now()
@@ -156,6 +172,7 @@ def organization_webhook_policy() -> outbound_webhooks.RetryPolicy:
         backoff_seconds=settings.FLEETS_WEBHOOK_BACKOFF_SECONDS,
         backoff_max_seconds=settings.FLEETS_WEBHOOK_BACKOFF_MAX_SECONDS,
         timeout_seconds=settings.FLEETS_WEBHOOK_TIMEOUT_SECONDS,
+        allow_loopback=settings.CUSTOMER_WEBHOOK_ALLOW_INSECURE,
     )
 
 

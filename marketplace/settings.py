@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    "axes",
     "marketplace",
     "orders",
     "fleets",
@@ -64,6 +65,14 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "marketplace.request_limits.ApiRequestLimitsMiddleware",
+    # Last, as django-axes asks: it answers a locked-out login with its lockout page.
+    "axes.middleware.AxesMiddleware",
+]
+# django-axes first: it refuses a login while its (username, address) pair is locked out.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 ROOT_URLCONF = "marketplace.urls"
@@ -142,6 +151,7 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "marketplace.schema.AutoSchema",
     "EXCEPTION_HANDLER": "marketplace.exception_handler.api_exception_handler",
+    "NUM_PROXIES": int(os.environ.get("API_NUM_PROXIES", "0")),
     "DEFAULT_THROTTLE_RATES": {
         "anon": os.environ.get("API_THROTTLE_ANON", "60/minute"),
         "user": os.environ.get("API_THROTTLE_USER", "1200/minute"),
@@ -240,6 +250,25 @@ IDEMPOTENCY_KEY_TTL_HOURS = int(os.environ.get("IDEMPOTENCY_KEY_TTL_HOURS", "24"
 # Organizations' own event webhooks (customers: delivery.ready): plain http only for local runs.
 CUSTOMER_WEBHOOK_ALLOW_INSECURE = env_bool("CUSTOMER_WEBHOOK_ALLOW_INSECURE", DEBUG)
 CUSTOMER_WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("CUSTOMER_WEBHOOK_MAX_ATTEMPTS", "8"))
+
+# Trusted reverse proxies in front of the app (each appends to X-Forwarded-For); 0: none,
+# only the socket's address counts (marketplace/client_address.py).
+API_NUM_PROXIES = int(os.environ.get("API_NUM_PROXIES", "0"))
+# Bodies of API requests: larger ones answer 413, JSON nested deeper answers 400 (in the error
+# shape), before any parser runs (marketplace/request_limits.py).
+DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("API_MAX_BODY_BYTES", str(2 * 1024**2)))
+API_MAX_JSON_DEPTH = int(os.environ.get("API_MAX_JSON_DEPTH", "32"))
+
+# Login lockout (django-axes) on the portal's and the admin's login: after
+# LOGIN_FAILURE_LIMIT failures for one username from one address, that pair is refused for
+# LOGIN_LOCKOUT_MINUTES (a success in between resets the count).
+AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = float(os.environ.get("LOGIN_LOCKOUT_MINUTES", "15")) / 60  # hours
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "marketplace.client_address.client_address"
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = False
 
 # --- Production hardening (issue-independent defaults that are safe behind TLS) ---------------
 SECURE_CONTENT_TYPE_NOSNIFF = True

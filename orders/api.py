@@ -306,6 +306,10 @@ class OrderFromSpecSerializer(OrderDetailsSerializer, DatasetRequestSerializer):
 
 
 class OrderEventSerializer(serializers.ModelSerializer):
+    actor_label = serializers.CharField(
+        source="public_actor_label", read_only=True, help_text="Who acted (staff are `staff`)."
+    )
+
     class Meta:
         model = OrderEvent
         fields = ["from_status", "to_status", "actor_label", "reason", "created_at"]

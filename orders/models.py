@@ -7,7 +7,7 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from marketplace.audit import AppendOnlyModel
+from marketplace.audit import AppendOnlyModel, public_label
 from marketplace.models import ApiKey, Organization
 
 MONEY = {"max_digits": 14, "decimal_places": 4}  # rates may carry sub-cent precision
@@ -348,6 +348,10 @@ class OrderEvent(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.order_id}: {self.from_status or '-'} -> {self.to_status}"
+
+    @property
+    def public_actor_label(self) -> str:
+        return public_label(self.actor_label)
 
 
 # The order state machine: the only moves order_transition allows.

@@ -60,7 +60,7 @@ def publishing_to(broker_url: str):
         with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=3)
             # Start from empty queues: a declared-but-unconsumed queue keeps nothing from before.
-            for name in ("dispatch", "qa", "delivery", "billing", "default"):
+            for name in ("dispatch", "qa", "delivery", "billing", "webhooks", "default"):
                 queue = Queue(name)(conn.default_channel)  # declared as Celery declares it
                 queue.declare()
                 queue.purge()

@@ -1,20 +1,35 @@
 """Pieces every billing admin shares: read-only admins (staff act through actions) and CSV."""
 
 import csv
+from decimal import Decimal
 
 from django.contrib import admin
 from django.http import HttpResponse
 from django.urls import path
 from django.utils import timezone
 
+# A cell starting with one of these is a formula to a spreadsheet (CSV injection, OWASP).
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value) -> str:
+    """A value as a CSV cell a spreadsheet shows and never evaluates: numbers as they are,
+    text that would start a formula behind a leading apostrophe."""
+    if value is None:
+        return ""
+    if isinstance(value, int | float | Decimal) and not isinstance(value, bool):
+        return str(value)
+    text = str(value)
+    return f"'{text}" if text.startswith(FORMULA_PREFIXES) else text
+
 
 def export_csv(filename: str, header: list[str], rows) -> HttpResponse:
     response = HttpResponse(content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     writer = csv.writer(response)
-    writer.writerow(header)
+    writer.writerow([csv_cell(name) for name in header])
     for row in rows:
-        writer.writerow(["" if value is None else str(value) for value in row])
+        writer.writerow([csv_cell(value) for value in row])
     return response
 
 

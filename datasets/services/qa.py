@@ -77,6 +77,7 @@ def _qa_start(episode_id) -> Episode:
         if episode.qa_started_at is not None:
             episode.qa_unfinished_runs += 1  # the last run died without a verdict
         if episode.qa_unfinished_runs >= settings.EPISODE_QA_MAX_ATTEMPTS:
+            episode.save(update_fields=["qa_unfinished_runs"])
             result = QAResult()
             result.fail(
                 Reason.QA_FAILED,

@@ -15,6 +15,7 @@ def webhook_policy() -> outbound_webhooks.RetryPolicy:
         backoff_seconds=settings.FLEETS_WEBHOOK_BACKOFF_SECONDS,
         backoff_max_seconds=settings.FLEETS_WEBHOOK_BACKOFF_MAX_SECONDS,
         timeout_seconds=settings.FLEETS_WEBHOOK_TIMEOUT_SECONDS,
+        allow_loopback=settings.FLEETS_WEBHOOK_ALLOW_INSECURE,
     )
 
 

@@ -5,6 +5,7 @@ from django.contrib.auth import authenticate, login
 from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from marketplace import services
@@ -57,6 +58,7 @@ def signup(request):
 OWNER = (Membership.Role.OWNER,)
 
 
+@never_cache  # shows a new key's secret once: no browser or proxy may keep a copy
 @organization_page(roles=OWNER)
 def api_keys(request):
     caller = request.caller

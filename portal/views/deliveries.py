@@ -9,6 +9,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from datasets import selectors
 from datasets.services import deliveries, downloads
+from marketplace.client_address import client_address
 from marketplace.errors import NotFound, ServiceError
 from marketplace.models import Membership, Organization
 from portal.shell import CAN_ORDER, organization_page
@@ -46,7 +47,7 @@ def delivery_download_page(request, pk):
             caller=request.caller,
             delivery_id=pk,
             path=request.GET.get("path", "manifest.json"),
-            ip_address=request.META.get("REMOTE_ADDR") or None,
+            ip_address=client_address(request),
             user_agent=request.headers.get("User-Agent", ""),
         )
     except NotFound as exc:

@@ -114,3 +114,93 @@ def test_delivery_assembly_survives_a_worker_killed_mid_upload(
         recovery_s=recovery.seconds(),
         **consistent,
     )
+
+
+def pool_peak_rss_bytes(worker) -> int:
+    """The largest peak RSS (VmHWM) of the worker's processes: main and pool children."""
+    peaks = []
+    for pid in [worker.process.pid, *_children(worker.process.pid)]:
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                for line in status:
+                    if line.startswith("VmHWM:"):
+                        peaks.append(int(line.split()[1]) * 1024)
+        except FileNotFoundError:
+            continue
+    return max(peaks)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as children:
+            return [int(child) for child in children.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+QA_WORKER_RSS_CEILING = 400 * 1024**2
+
+
+def test_hostile_files_leave_the_qa_worker_small_and_are_decided_in_bounded_time(
+    s3, publish_to, workers, fleet_operator, customer, figures
+):
+    from tests.datasets.test_qa_limits import HOSTILE
+
+    # given: one upload of each hostile kind and a QA worker on RabbitMQ
+    collection = Collection(fleet_operator, customer, target_hours="10")
+    ids = []
+    for build, _ in HOSTILE:
+        data = build()
+        response = collection.register(data, frames=3000)
+        assert response.status_code == 201, response.json()
+        assert put(response.json()["upload"], data) == 200
+        ids.append(response.json()["id"])
+    worker = workers(publish_to, "qa", **s3.settings())
+    # when: they are completed and checked
+    watch = Stopwatch()
+    complete_all(collection, ids)
+    wait_for(lambda: undecided() == 0, timeout=60, what="QA of the hostile files")
+    # then: every one is rejected for its reason; no worker process grew past the ceiling
+    codes = {
+        str(e.id): {f["code"] for f in e.qa_failures} for e in Episode.objects.filter(pk__in=ids)
+    }
+    for episode_id, (_, code) in zip(ids, HOSTILE, strict=True):
+        assert code in codes[episode_id] or "frame_count" in codes[episode_id], codes
+    assert not Episode.objects.filter(pk__in=ids, status=Episode.Status.ACCEPTED).exists()
+    peak = pool_peak_rss_bytes(worker)
+    assert peak < QA_WORKER_RSS_CEILING
+    figures.update(
+        hostile_files=len(ids), seconds=watch.seconds(), worker_peak_rss_mb=peak // 2**20
+    )
+
+
+def test_a_qa_run_killed_again_and_again_is_given_up_not_looped(
+    s3, publish_to, workers, s3_proxy, proxy_settings, fleet_operator, customer, figures
+):
+    # given: one uploaded episode; every S3 request takes 4 s, so QA is always mid-run
+    collection = Collection(fleet_operator, customer, target_hours="1")
+    [episode_id] = uploaded_episodes(collection, 1)
+    s3_proxy.delay_seconds = 4
+    settings = {**proxy_settings, "EPISODE_QA_MAX_ATTEMPTS": 2}
+    complete_all(collection, [episode_id])
+    # when: its worker is SIGKILLed twice while QA runs (RabbitMQ redelivers each time)
+    for runs_before in range(2):
+        worker = workers(publish_to, "qa", **settings)
+        wait_for(
+            lambda n=runs_before: Episode.objects.filter(
+                pk=episode_id, qa_started_at__isnull=False, qa_unfinished_runs=n
+            ).exists(),
+            timeout=40,
+            what="QA to start",
+            step=0.05,
+        )
+        worker.kill()
+    # then: the next worker counts the second unfinished run and gives the episode up
+    watch = Stopwatch()
+    workers(publish_to, "qa", **settings)
+    wait_for(lambda: undecided() == 0, timeout=60, what="the episode to be decided")
+    episode = Episode.objects.get(pk=episode_id)
+    assert episode.status == Episode.Status.REJECTED
+    assert [f["code"] for f in episode.qa_failures] == ["qa_failed"]
+    assert episode.qa_unfinished_runs == 2
+    figures.update(kills=2, decided_after_s=watch.seconds())

@@ -106,6 +106,7 @@ def fast_retries(settings):
     # Eager mode re-applies a retried task at once (the countdown is not waited for), and
     # only does so when task errors are not propagated.
     app.conf.task_eager_propagates = False
+    settings.FLEETS_WEBHOOK_ALLOW_INSECURE = True  # the receivers here are on loopback
     settings.FLEETS_WEBHOOK_BACKOFF_SECONDS = 0.01
     settings.FLEETS_WEBHOOK_TIMEOUT_SECONDS = 5
     settings.FLEETS_WEBHOOK_MAX_ATTEMPTS = 4

@@ -19,9 +19,17 @@ pytestmark = pytest.mark.django_db
 
 
 def test_fleet_tasks_route_to_the_dispatch_queue_and_ack_late():
-    for task in (tasks.order_plan, tasks.job_dispatch, tasks.dispatch_sweep, tasks.webhook_deliver):
+    for task in (tasks.order_plan, tasks.job_dispatch, tasks.dispatch_sweep):
         route = app.amqp.router.route({}, task.name)
         assert route["queue"].name == "dispatch"
+        assert task.acks_late is True
+
+
+def test_webhooks_to_fleets_and_customers_have_their_own_queue():
+    from marketplace import tasks as marketplace_tasks
+
+    for task in (tasks.webhook_deliver, marketplace_tasks.organization_webhook_deliver):
+        assert app.amqp.router.route({}, task.name)["queue"].name == "webhooks"
         assert task.acks_late is True
 
 

@@ -69,7 +69,11 @@ def test_paid_order_is_planned_offered_accepted_and_assigned(make_worker, make_t
         hooked.save()
         customer = make_tenant(Organization.Kind.CUSTOMER)
         order = OrderFactory(organization=customer.organization, hours=Decimal("4"), environments=2)
-        worker = make_worker(FLEETS_WEBHOOK_BACKOFF_SECONDS=0.2)
+        worker = make_worker(
+            queues="dispatch,webhooks",
+            FLEETS_WEBHOOK_BACKOFF_SECONDS=0.2,
+            FLEETS_WEBHOOK_ALLOW_INSECURE="true",  # the receiver is on loopback
+        )
         worker.start()
 
         # when payment is confirmed (the receiver enqueues planning on RabbitMQ)

@@ -28,7 +28,7 @@ from django.core.management.base import BaseCommand
 from local_s3 import launcher
 
 # Every queue the platform routes tasks to (marketplace/celery.py).
-WORKER_QUEUES = "default,dispatch,qa,delivery,billing"
+WORKER_QUEUES = "default,dispatch,qa,delivery,billing,webhooks"
 
 LOCAL_S3_PORT = 9000
 
