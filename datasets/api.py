@@ -372,8 +372,6 @@ class DeliveryFileList(CustomerApi, generics.ListAPIView):
         return DeliveryFile.objects.filter(delivery=delivery)
 
 
-
-
 class DeliveryDownload(CustomerApi, APIView):
     @extend_schema(
         parameters=[
