@@ -286,7 +286,8 @@ def post(
     connection = kind(host, port, address=address, timeout=timeout)
     # The socket timeout bounds each read; this timer bounds the whole exchange, so a
     # receiver trickling a byte at a time cannot hold a worker past the deadline.
-    deadline = threading.Timer(timeout, _cut, args=(connection,))
+    cut = threading.Event()
+    deadline = threading.Timer(timeout, _cut, args=(connection, cut))
     deadline.daemon = True
     deadline.start()
     try:
@@ -306,12 +307,14 @@ def post(
         response.read(max_response_bytes)
         status_code = response.status
     except (OSError, http.client.HTTPException, ValueError) as exc:
-        late = time.monotonic() - started >= timeout
-        error = f"timed out after {timeout:g} s" if late else f"{type(exc).__name__}: {exc}"
-        return done(ok=False, status_code=None, error=error[:500])
+        if cut.is_set():
+            return done(ok=False, status_code=None, error=f"timed out after {timeout:g} s")
+        return done(ok=False, status_code=None, error=f"{type(exc).__name__}: {exc}"[:500])
     finally:
         deadline.cancel()
         connection.close()
+    if cut.is_set():  # what was read when the deadline cut the connection proves nothing
+        return done(ok=False, status_code=None, error=f"timed out after {timeout:g} s")
     ok = 200 <= status_code < 300
     error = (
         ""
@@ -322,7 +325,8 @@ def post(
     return done(ok=ok, status_code=status_code, error=error)
 
 
-def _cut(connection) -> None:
+def _cut(connection, cut: threading.Event) -> None:
+    cut.set()
     sock = connection.sock
     if sock is not None:
         with contextlib.suppress(OSError):

@@ -187,3 +187,88 @@ def test_sigkill_mid_dispatch_every_job_assigned_exactly_once(make_worker, make_
     for order in orders:
         sites = list(Assignment.objects.filter(job__order=order).values_list("site_id", flat=True))
         assert len(set(sites)) == 3
+
+
+class TricklingReceiver:
+    """A webhook endpoint on 127.0.0.1 that answers one byte every half second, forever."""
+
+    def __init__(self):
+        self.requests = 0
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                receiver.requests += 1
+                self.rfile.read(int(self.headers["Content-Length"]))
+                try:
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                    for _ in range(120):
+                        self.wfile.write(b"X")
+                        self.wfile.flush()
+                        time.sleep(0.5)
+                except OSError:
+                    pass  # cut by the sender's deadline
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_trickling_webhook_receiver_is_cut_at_the_deadline_and_never_delays_dispatch(
+    make_worker, make_tenant
+):
+    # given: 8 fleets whose webhook endpoint trickles, a dispatch worker and a webhooks worker
+    # (their own queues, as in production), each webhook attempt bounded by 2 s in all
+    receiver = TricklingReceiver()
+    try:
+        operator = make_tenant(Organization.Kind.FLEET_OPERATOR)
+        for _ in range(8):
+            fleet = FleetFactory(organization=operator.organization, webhook_url=receiver.url)
+            equipped_site(fleet=fleet)
+        env = {
+            "FLEETS_WEBHOOK_ALLOW_INSECURE": "true",
+            "FLEETS_WEBHOOK_TIMEOUT_SECONDS": "2",
+            "FLEETS_WEBHOOK_MAX_ATTEMPTS": "1",
+        }
+        make_worker(queues="dispatch", **env).start()
+        make_worker(queues="webhooks", **env).start()
+        customer = make_tenant(Organization.Kind.CUSTOMER)
+        orders = [
+            OrderFactory(organization=customer.organization, hours=Decimal("2"), environments=2)
+            for _ in range(3)
+        ]
+        # when: the orders are paid (6 jobs, each offered with a webhook to its fleet)
+        started = time.monotonic()
+        for order in orders:
+            order_mark_paid(order_id=order.id, actor_label="test")
+        wait_for(
+            lambda: Job.objects.filter(order__in=orders, status=Job.Status.OFFERED).count() == 6,
+            timeout=30,
+            what="every job offered",
+        )
+        offered_after = time.monotonic() - started
+        wait_for(
+            lambda: (
+                not WebhookDelivery.objects.filter(status=WebhookDelivery.Status.PENDING).exists()
+            ),
+            timeout=60,
+            what="every webhook attempt to end",
+        )
+        # then: dispatch did not wait for the 6 slow receivers (12 s of attempts, 2 at once)
+        assert offered_after < 6, offered_after
+        deliveries = list(WebhookDelivery.objects.filter(event_type="offer.created"))
+        assert len(deliveries) == 6 and receiver.requests >= 6
+        for delivery in deliveries:
+            [attempt] = delivery.attempts
+            assert attempt["error"].startswith("timed out") and attempt["ms"] < 3000
+        print(f"offered_after_s={offered_after:.2f}")
+    finally:
+        receiver.close()
