@@ -190,6 +190,8 @@ def check_episode_file(
                     f"Checking the file took longer than {limits.seconds:g} s; it was stopped.",
                 )
                 return result
+    except pa.ArrowMemoryError as exc:
+        raise MemoryError(str(exc)) from exc  # the sandbox's verdict: a memory limit
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
         result.fail(Reason.NOT_PARQUET, f"The file is corrupt ({exc.__class__.__name__}).")
         return result

@@ -2,12 +2,14 @@
 
 The footer checks in qa_checks refuse what a file declares beyond QALimits, but a parquet
 decoder can still be made to allocate far more than the file's size (pages that lie about
-their contents, run-length bombs). So the checks run in a forked child whose address space is
-capped (RLIMIT_AS: its size at fork plus EPISODE_QA_MEMORY_BYTES) and which is killed at the
-deadline. The QA worker itself never grows: a child that runs out of memory or time gives a
-verdict (`qa_memory_limit`, `qa_time_limit`), and the worker goes on with the next episode.
-A child that dies of anything else (a decoder crash) is a verdict too; storage errors in the
-child come back as StorageUnavailable, so the task retries them like any other.
+their contents, run-length bombs). So the checks run in a forked child that is killed the
+moment its resident memory passes EPISODE_QA_MEMORY_BYTES beyond what it shares with us at
+fork (watched every 10 ms; an address-space limit is the backstop against one huge
+allocation between two looks), or at the deadline. The QA worker itself never grows: a
+child that runs out of memory or time gives a verdict (`qa_memory_limit`, `qa_time_limit`),
+and the worker goes on with the next episode. A child that dies of anything else (a decoder
+crash) is a verdict too; storage errors in the child come back as StorageUnavailable, so the
+task retries them like any other.
 
 `os.fork` (not multiprocessing): Celery's prefork pool children are daemonic, and
 multiprocessing refuses children of daemonic processes. The child touches no database and
@@ -15,6 +17,7 @@ makes its own storage connections; it leaves with `os._exit`, running no cleanup
 parent's.
 """
 
+import faulthandler
 import os
 import pickle
 import resource
@@ -29,6 +32,7 @@ from datasets import storage
 from datasets.qa_checks import EpisodeExpectation, QALimits, QAResult, Reason, check_stored_episode
 
 MEMORY_EXIT = 3  # the child ran out of its memory budget
+ADDRESS_SPACE_FACTOR = 16
 RESULT_LIMIT_BYTES = 4 * 1024 * 1024  # a QAResult is a few KB; more is refused
 
 
@@ -67,32 +71,84 @@ def check_stored_episode_bounded(key: str, expected: EpisodeExpectation) -> QARe
 
 
 def run_in_sandbox(check, *, memory_bytes: int, seconds: float) -> ChildOutcome:
-    """Run check() -> QAResult in a forked child within `memory_bytes` more than the child's
-    size at fork and `seconds`; limits and crashes come back as failed results."""
+    """Run check() -> QAResult in a forked child allowed `memory_bytes` of resident memory
+    beyond what it shares with us at fork, for `seconds`; limits and crashes come back as
+    failed results."""
     started = time.monotonic()
+    baseline = _resident_bytes(os.getpid())
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child
         os.close(read_end)
         _child(check, write_end, memory_bytes)  # never returns
     os.close(write_end)
-    payload, timed_out = _read_until(read_end, deadline=started + seconds)
+    watch = _Watch(pid=pid, ceiling=baseline + memory_bytes, deadline=started + seconds)
+    payload = watch.read(read_end)
     os.close(read_end)
-    if timed_out:
+    if watch.stopped:
         os.kill(pid, signal.SIGKILL)
     _, status, usage = os.wait4(pid, 0)
     peak = usage.ru_maxrss * 1024  # KiB on Linux
     elapsed = time.monotonic() - started
-    result = _verdict(payload, status, timed_out=timed_out, memory_bytes=memory_bytes, secs=seconds)
+    if watch.stopped == "memory":
+        payload = pickle.dumps(("memory", None))
+    result = _verdict(
+        payload, status, timed_out=watch.stopped == "time", memory_bytes=memory_bytes, secs=seconds
+    )
     return ChildOutcome(result=result, peak_rss_bytes=peak, seconds=elapsed)
+
+
+class _Watch:
+    """Reads the child's answer while watching its resident memory and the clock: the
+    child is stopped ("memory", "time") the moment it passes either."""
+
+    POLL_SECONDS = 0.01
+
+    def __init__(self, *, pid: int, ceiling: int, deadline: float):
+        self.pid, self.ceiling, self.deadline = pid, ceiling, deadline
+        self.stopped = ""
+
+    def read(self, fd: int) -> bytes:
+        chunks, size = [], 0
+        while True:
+            if time.monotonic() >= self.deadline:
+                self.stopped = "time"
+                return b""
+            if _resident_bytes(self.pid) > self.ceiling:
+                self.stopped = "memory"
+                return b""
+            ready, _, _ = select.select([fd], [], [], self.POLL_SECONDS)
+            if not ready:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > RESULT_LIMIT_BYTES:
+                return b""
+            chunks.append(chunk)
+
+
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def _resident_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as statm:
+            return int(statm.read().split()[1]) * PAGE_BYTES
+    except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+        return 0
 
 
 def _child(check, write_end: int, memory_bytes: int) -> None:
     code = 0
     try:
+        faulthandler.disable()  # a crash is reported as a verdict, not as a traceback
         for name in ("SIGTERM", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGHUP"):
             signal.signal(getattr(signal, name), signal.SIG_DFL)  # not the worker's handlers
-        ceiling = _address_space_bytes() + memory_bytes
+        # A backstop for one enormous allocation between two looks of the watch (address
+        # space, not memory: allocators reserve far more than they use, so it is generous).
+        ceiling = _address_space_bytes() + ADDRESS_SPACE_FACTOR * memory_bytes
         resource.setrlimit(resource.RLIMIT_AS, (ceiling, ceiling))
         storage.reset_connections()  # the parent's sockets are not ours to use
         try:
@@ -113,24 +169,6 @@ def _child(check, write_end: int, memory_bytes: int) -> None:
         code = 1
     finally:
         os._exit(code)
-
-
-def _read_until(fd: int, *, deadline: float) -> tuple[bytes, bool]:
-    chunks, size = [], 0
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return b"".join(chunks), True
-        ready, _, _ = select.select([fd], [], [], remaining)
-        if not ready:
-            continue
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return b"".join(chunks), False
-        size += len(chunk)
-        if size > RESULT_LIMIT_BYTES:
-            return b"", False
-        chunks.append(chunk)
 
 
 def _verdict(payload: bytes, status: int, *, timed_out: bool, memory_bytes: int, secs: float):

@@ -3,6 +3,7 @@ marketplace/celery.py). They take ids and call one service (imported inside the 
 import this module to enqueue); QA records a decision only once, so a rerun is harmless."""
 
 from celery import shared_task
+from celery.utils.time import get_exponential_backoff_interval
 from django.conf import settings
 
 from datasets import storage
@@ -16,11 +17,31 @@ OPTIONS = task_options(transient=(storage.StorageError,))
 QA_TIME_LIMIT = settings.EPISODE_QA_TIME_LIMIT_SECONDS + 120
 
 
-@shared_task(**OPTIONS, soft_time_limit=QA_TIME_LIMIT, time_limit=QA_TIME_LIMIT + 30)
-def qa_episode(episode_id: str) -> str:
-    from datasets.services.qa import episode_run_qa
+@shared_task(
+    bind=True,
+    **{**OPTIONS, "autoretry_for": ()},
+    soft_time_limit=QA_TIME_LIMIT,
+    time_limit=QA_TIME_LIMIT + 30,
+)
+def qa_episode(self, episode_id: str, after_transient_error: bool = False) -> str:
+    """A retry after a transient error says so, so that QA does not count the run that failed
+    as one that died unfinished (a redelivery after a worker's death does not say so)."""
+    from datasets.services.qa import TRANSIENT_ERRORS, episode_run_qa
 
-    return episode_run_qa(episode_id=episode_id).status
+    try:
+        return episode_run_qa(
+            episode_id=episode_id, previous_run_ended=after_transient_error
+        ).status
+    except TRANSIENT_ERRORS as exc:
+        countdown = get_exponential_backoff_interval(
+            factor=2,
+            retries=self.request.retries,
+            maximum=settings.TASK_RETRY_BACKOFF_MAX_SECONDS,
+            full_jitter=True,
+        )
+        raise self.retry(
+            exc=exc, countdown=countdown, kwargs={"after_transient_error": True}
+        ) from exc
 
 
 @shared_task(**OPTIONS)

@@ -43,15 +43,16 @@ def episode_expectation(episode: Episode) -> EpisodeExpectation:
     )
 
 
-def episode_run_qa(*, episode_id) -> Episode:
+def episode_run_qa(*, episode_id, previous_run_ended: bool = False) -> Episode:
     """Check an uploaded episode and record the decision. Safe to run again at any time.
 
     The file's checks run in a sandbox bounded in memory and time (datasets/qa_sandbox.py);
     a run that never finishes (its worker died) is counted, and after EPISODE_QA_MAX_ATTEMPTS
     such runs the episode is rejected `qa_failed` instead of being tried forever. A transient
-    storage or database error is not a verdict: the run is released and the task retries.
+    storage or database error is not a verdict: the run is released (best effort) and the
+    task retries with `previous_run_ended`, so the failed run is not counted either way.
     """
-    episode = _qa_start(episode_id)
+    episode = _qa_start(episode_id, previous_run_ended=previous_run_ended)
     if episode.status != Episode.Status.UPLOADED or episode.qa_started_at is None:
         return episode
     try:
@@ -65,7 +66,7 @@ def episode_run_qa(*, episode_id) -> Episode:
 TRANSIENT_ERRORS = (storage.StorageError, OperationalError, InterfaceError)
 
 
-def _qa_start(episode_id) -> Episode:
+def _qa_start(episode_id, *, previous_run_ended: bool) -> Episode:
     with transaction.atomic():
         episode = (
             Episode.objects.select_for_update(of=("self",))
@@ -74,7 +75,7 @@ def _qa_start(episode_id) -> Episode:
         )
         if episode.status != Episode.Status.UPLOADED:
             return episode
-        if episode.qa_started_at is not None:
+        if episode.qa_started_at is not None and not previous_run_ended:
             episode.qa_unfinished_runs += 1  # the last run died without a verdict
         if episode.qa_unfinished_runs >= settings.EPISODE_QA_MAX_ATTEMPTS:
             episode.save(update_fields=["qa_unfinished_runs"])
