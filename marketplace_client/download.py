@@ -85,16 +85,25 @@ def safe_target(root: Path, relative: str) -> Path:
 
 
 class StateFile:
-    """What was verified already: {path: {"size", "sha256", "mtime_ns"}}, rewritten atomically
-    after each file, so a kill at any moment loses at most the file in flight."""
+    """What was verified already: {path: {"size", "sha256", "mtime_ns"}}, kept as an
+    append-only journal (one JSON line per verified file, flushed at once), so a kill at any
+    moment loses at most the files in flight and the cost stays one line per file."""
 
     def __init__(self, root: Path):
         self.path = root / STATE_FILE
         self.lock = threading.Lock()
+        self.entries: dict[str, dict] = {}
         try:
-            self.entries = json.loads(self.path.read_text())["files"]
-        except (OSError, ValueError, KeyError, TypeError):
-            self.entries = {}
+            lines = self.path.read_text().splitlines()
+        except OSError:
+            lines = []
+        for line in lines:
+            try:
+                record = json.loads(line)
+                self.entries[record["path"]] = record
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut off by a kill
+        self.journal = None
 
     def verified(self, entry: FileEntry, target: Path) -> bool:
         known = self.entries.get(entry.path)
@@ -110,15 +119,22 @@ class StateFile:
         )
 
     def record(self, entry: FileEntry, target: Path) -> None:
+        record = {
+            "path": entry.path,
+            "size": entry.size,
+            "sha256": entry.sha256,
+            "mtime_ns": target.stat().st_mtime_ns,
+        }
         with self.lock:
-            self.entries[entry.path] = {
-                "size": entry.size,
-                "sha256": entry.sha256,
-                "mtime_ns": target.stat().st_mtime_ns,
-            }
-            temporary = self.path.with_suffix(".tmp")
-            temporary.write_text(json.dumps({"files": self.entries}))
-            os.replace(temporary, self.path)
+            self.entries[entry.path] = record
+            if self.journal is None:
+                self.journal = open(self.path, "a")  # noqa: SIM115 (closed by close())
+            self.journal.write(json.dumps(record) + "\n")
+            self.journal.flush()
+
+    def close(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
 
 
 class Progress:
@@ -290,6 +306,7 @@ class DeliveryDownloader:
                 summary.bytes_fetched += entry.size
                 if outcome == "resumed":
                     summary.resumed += 1
+        state.close()
         progress.done()
         summary.seconds = time.monotonic() - started
         return summary

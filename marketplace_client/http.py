@@ -299,7 +299,9 @@ class ApiClient:
             response.read()
             target = response.getheader("Location")
             if not (300 <= response.status < 400) or not target:
-                raise ApiError(response.status, "no_redirect", f"Expected a redirect from {endpoint}.")
+                raise ApiError(
+                    response.status, "no_redirect", f"Expected a redirect from {endpoint}."
+                )
             return urllib.parse.urljoin(url, target)
 
         return self._pooled("GET", url, headers, location)

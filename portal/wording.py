@@ -19,8 +19,7 @@ QA_REASONS = {
     "frame_count": "Too few frames were recorded.",
     "frame_index": "Frame numbers skip or repeat.",
     "timestamps_not_monotonic": "Timestamps go backwards or repeat.",
-    "timestamp_gap": "Frames are missing: the recording has a gap longer than 1.5 frame "
-    "periods.",
+    "timestamp_gap": "Frames are missing: the recording has a gap longer than 1.5 frame periods.",
     "fps_mismatch": "The recorded frame rate differs from the declared one by more than 5 %.",
     "non_finite": "Sensor values dropped out (NaN or infinite numbers in the recording).",
     "duration_out_of_bounds": "The episode is shorter or longer than the allowed duration.",
