@@ -107,11 +107,11 @@ def revenue_summary() -> dict:
         .annotate(
             charged=Sum(
                 "amount",
-                filter=Q(transaction__kind="charge", account="stripe_balance"),
+                filter=Q(transaction__kind="charge", account__in=("stripe_balance", "bank")),
             ),
             refunded=Sum("amount", filter=Q(transaction__kind="refund", account="customer_funds")),
             disputed=Sum("amount", filter=Q(account="disputes")),
-            cash=Sum("amount", filter=Q(account="stripe_balance")),
+            cash=Sum("amount", filter=Q(account__in=("stripe_balance", "bank"))),
             held=Sum("amount", filter=Q(account="customer_funds")),
             payable=Sum("amount", filter=Q(account="fleet_payable")),
             margin=Sum("amount", filter=Q(account="platform_revenue")),

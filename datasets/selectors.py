@@ -179,3 +179,208 @@ def deliveries_of(*, organization: Organization) -> QuerySet[Delivery]:
 def job_episodes(*, job: Job) -> QuerySet[Episode]:
     """A job's episodes, newest first (the fleet operator's job page)."""
     return Episode.objects.filter(job=job).order_by("-created_at", "-id")
+
+
+# --- Collection status and ETA (the order page, the staff console) ----------------------------
+
+# Share of recorded time assumed to pass QA before any episode of the order was checked.
+ETA_PRIOR_ACCEPTANCE = Decimal("0.85")
+CUSTOMER_JOB_STATUS = {
+    Job.Status.HELD: "Waiting for your pilot approval",
+    Job.Status.OPEN: "Looking for a fleet",
+    Job.Status.OFFERED: "Offered to a fleet",
+    Job.Status.ASSIGNED: "Accepted by a fleet",
+    Job.Status.IN_PROGRESS: "Collecting",
+    Job.Status.COMPLETED: "Done",
+    Job.Status.FLAGGED: "No fleet free yet: our staff are on it",
+    Job.Status.CANCELLED: "Cancelled",
+}
+COLLECTING = (Job.Status.ASSIGNED, Job.Status.IN_PROGRESS)
+UNASSIGNED = (Job.Status.OPEN, Job.Status.OFFERED, Job.Status.FLAGGED)
+
+
+@dataclass
+class JobProgress:
+    id: str
+    sequence: int
+    is_pilot: bool
+    status: str
+    status_text: str
+    site_name: str
+    site_kind: str
+    target_hours: Decimal
+    accepted_hours: Decimal
+    percent: int
+    deadline: object
+    finish: object = None  # estimated finish (datetime) or None
+
+
+@dataclass
+class CollectionStatus:
+    """Per-job progress of an order and when it should be done, with the basis in words."""
+
+    jobs: list[JobProgress]
+    eta: object  # datetime or None
+    basis: list[str]
+    state: str  # not_started, estimating, after_pilot, done, closed
+    deadline: object  # the latest deadline promised (datetime) or None
+    late: bool
+    acceptance_rate: Decimal | None
+    remaining_hours: Decimal
+
+    @property
+    def pilot_jobs(self) -> list[JobProgress]:
+        return [job for job in self.jobs if job.is_pilot]
+
+
+def _acceptance(order: Order) -> tuple[Decimal | None, int, int]:
+    counts = Episode.objects.filter(order=order).aggregate(
+        accepted=Count("id", filter=Q(status=Episode.Status.ACCEPTED)),
+        rejected=Count("id", filter=Q(status=Episode.Status.REJECTED)),
+    )
+    decided = counts["accepted"] + counts["rejected"]
+    rate = (Decimal(counts["accepted"]) / decided) if decided else None
+    return rate, counts["accepted"], decided
+
+
+def order_collection_status(*, order: Order, now=None) -> CollectionStatus:
+    """ETA = the latest estimated finish of the jobs still to do in the current phase:
+    a job a fleet holds finishes when the hours it still needs, divided by the share of
+    recorded time QA accepts (so far on this order; 85 % before anything was checked), are
+    recorded at the fleet's weekly capacity shared over the jobs it holds; a job no fleet holds
+    yet counts at its deadline. Three queries whatever the number of jobs."""
+    from django.utils import timezone
+
+    now = now or timezone.now()
+    jobs = list(
+        Job.objects.filter(order=order)
+        .exclude(status=Job.Status.CANCELLED)
+        .select_related("site", "fleet")
+        .order_by("sequence")
+    )
+    fleet_ids = {job.fleet_id for job in jobs if job.fleet_id and job.status in COLLECTING}
+    held_per_fleet = {
+        row["fleet_id"]: row["count"]
+        for row in Job.objects.filter(fleet_id__in=fleet_ids, status__in=COLLECTING)
+        .values("fleet_id")
+        .annotate(count=Count("id"))
+    }
+    rate, accepted_count, decided = _acceptance(order)
+    used_rate = rate if rate else ETA_PRIOR_ACCEPTANCE
+    rows: list[JobProgress] = []
+    remaining_total = Decimal(0)
+    capacity_used = Decimal(0)
+    unassigned = 0
+    for job in jobs:
+        accepted = (job.accepted_seconds / HOUR).quantize(Decimal("0.01"))
+        target = job.target_hours
+        remaining = max(Decimal(0), target - job.accepted_seconds / HOUR)
+        row = JobProgress(
+            id=str(job.id),
+            sequence=job.sequence,
+            is_pilot=job.is_pilot,
+            status=job.status,
+            status_text=CUSTOMER_JOB_STATUS.get(job.status, job.get_status_display()),
+            site_name=job.site.name if job.site_id else "",
+            site_kind=job.site.get_kind_display() if job.site_id else "",
+            target_hours=target,
+            accepted_hours=accepted,
+            percent=int(min(Decimal(100), accepted / target * 100)) if target else 0,
+            deadline=job.deadline,
+        )
+        if job.status == Job.Status.COMPLETED:
+            row.finish = None
+        elif job.status in COLLECTING and job.fleet_id:
+            share = job.fleet.weekly_capacity_hours / max(1, held_per_fleet.get(job.fleet_id, 1))
+            capacity_used += share
+            remaining_total += remaining
+            if share > 0:
+                weeks = remaining / used_rate / share
+                row.finish = now + timezone.timedelta(days=float(weeks * 7))
+        elif job.status in UNASSIGNED:
+            remaining_total += remaining
+            unassigned += 1
+            row.finish = job.deadline
+        rows.append(row)
+
+    deadlines = [job.deadline for job in jobs if job.status != Job.Status.COMPLETED]
+    deadline = max(deadlines) if deadlines else None
+    basis: list[str] = []
+    if rate is not None:
+        basis.append(
+            f"{int(rate * 100)} % of checked episodes passed QA so far "
+            f"({accepted_count} of {decided})."
+        )
+    else:
+        basis.append(
+            f"No episode checked yet: {int(ETA_PRIOR_ACCEPTANCE * 100)} % of recorded time is "
+            "assumed to pass QA."
+        )
+    state = "estimating"
+    finishes = [row.finish for row in rows if row.finish is not None]
+    held = [row for row in rows if row.status == Job.Status.HELD]
+    if order.status in (Order.Status.DRAFT, Order.Status.AWAITING_PAYMENT):
+        state, finishes = "not_started", []
+        basis = ["Collection starts when the order is paid."]
+    elif order.status in (Order.Status.CANCELLED, Order.Status.REFUNDED, Order.Status.CLOSED):
+        state, finishes, basis = "closed", [], []
+    elif order.status == Order.Status.DELIVERED:
+        state, finishes, basis = "done", [], ["Delivered."]
+    elif not jobs:
+        state = "estimating"
+        basis.append("Jobs are being planned.")
+    else:
+        collecting = [row for row in rows if row.status in COLLECTING]
+        if collecting:
+            fleets = len({job.fleet_id for job in jobs if job.status in COLLECTING})
+            basis.append(
+                f"{len(collecting)} job{'s' if len(collecting) != 1 else ''} held by {fleets} "
+                f"fleet{'s' if fleets != 1 else ''}, with {capacity_used.quantize(Decimal('0.1'))}"
+                " h/week of capacity for this order."
+            )
+        if unassigned:
+            basis.append(
+                f"{unassigned} job{'s' if unassigned != 1 else ''} not taken by a fleet yet: "
+                "counted at the deadline."
+            )
+        basis.append(f"{remaining_total.quantize(Decimal('0.01'))} h still to be accepted.")
+        if held and not [r for r in rows if r.status not in (Job.Status.HELD, "completed")]:
+            state = "after_pilot"
+            finishes = []
+            basis.append("The rest of the order starts when you approve the pilot.")
+        elif held:
+            basis.append("This estimate covers the pilot; the rest starts when you approve it.")
+    eta = max(finishes) if finishes else None
+    if deadline is not None:
+        basis.append(f"Deadline {deadline:%Y-%m-%d}.")
+    return CollectionStatus(
+        jobs=rows,
+        eta=eta,
+        basis=basis,
+        state=state,
+        deadline=deadline,
+        late=bool(eta and deadline and eta > deadline),
+        acceptance_rate=rate,
+        remaining_hours=remaining_total,
+    )
+
+
+def order_episodes_for_customer(*, order: Order, reason: str = "", status: str = ""):
+    """The order's checked episodes for the customer's episode list, newest first; `reason`
+    keeps the rejected ones with that QA reason (folded in Python: JSON containment is not
+    portable to SQLite)."""
+    episodes = (
+        Episode.objects.filter(order=order)
+        .exclude(status=Episode.Status.REGISTERED)
+        .select_related("site")
+        .order_by("-created_at", "-id")
+    )
+    if status in Episode.Status.values:
+        episodes = episodes.filter(status=status)
+    if reason:
+        episodes = [
+            episode
+            for episode in episodes.filter(status=Episode.Status.REJECTED)
+            if any(failure.get("code") == reason for failure in episode.qa_failures)
+        ]
+    return episodes
