@@ -176,3 +176,35 @@ def payables_summary() -> list[dict]:
         }
         for row in rows
     ]
+
+
+def order_invoice(*, order: Order):
+    """The order's invoice, if one was issued."""
+    from billing.models import Invoice
+
+    return Invoice.objects.filter(order=order).first()
+
+
+def billing_profile(*, organization: Organization):
+    from billing.models import BillingProfile
+
+    return BillingProfile.objects.filter(organization=organization).first()
+
+
+def flags_open():
+    """Staff: flags not resolved yet, newest first (disputes, payments in review, ...)."""
+    return BillingFlag.objects.filter(resolved_at__isnull=True).select_related("order", "payment")
+
+
+def payments_in_review():
+    return Payment.objects.filter(status=Payment.Status.REVIEW).select_related(
+        "order", "organization"
+    )
+
+
+def orders_awaiting_transfer():
+    """Staff: orders awaiting payment, with their invoice if one was issued (bank transfers
+    to match)."""
+    return Order.objects.filter(status=Order.Status.AWAITING_PAYMENT).select_related(
+        "organization", "invoice"
+    )

@@ -384,3 +384,42 @@ def order_episodes_for_customer(*, order: Order, reason: str = "", status: str =
             if any(failure.get("code") == reason for failure in episode.qa_failures)
         ]
     return episodes
+
+
+def order_environment_sites(order: Order) -> dict[int, tuple[str, str]]:
+    """{environment index: (site name, site kind label)} of the sites an order's jobs went to
+    (the pilot's environment is the first; a job no fleet took yet has none)."""
+    sites: dict[int, tuple[str, str]] = {}
+    for job in (
+        Job.objects.filter(order=order)
+        .exclude(site=None)
+        .select_related("site")
+        .order_by("environment_index", "sequence")
+    ):
+        sites.setdefault(job.environment_index, (job.site.name, job.site.get_kind_display()))
+    return sites
+
+
+def deliveries_failed():
+    """Staff: failed assemblies whose order has no live delivery of that kind since."""
+    failed = Delivery.objects.filter(status=Delivery.Status.FAILED).select_related("order")
+    live = {
+        (row["order_id"], row["kind"])
+        for row in Delivery.objects.exclude(status=Delivery.Status.FAILED).values(
+            "order_id", "kind"
+        )
+    }
+    return [d for d in failed if (d.order_id, d.kind) not in live]
+
+
+def orders_past_eta(*, now=None, limit: int = 200) -> list[tuple[Order, CollectionStatus]]:
+    """Staff: orders in collection whose estimate is later than their deadline."""
+    late = []
+    orders = Order.objects.filter(
+        status__in=(Order.Status.PAID, Order.Status.IN_COLLECTION)
+    ).select_related("organization", "task_type")[:limit]
+    for order in orders:
+        status = order_collection_status(order=order, now=now)
+        if status.late:
+            late.append((order, status))
+    return late

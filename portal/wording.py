@@ -52,3 +52,22 @@ SECONDS_IN_TEXT = re.compile(r"\b(\d+(?:\.\d+)?) s\b")
 def humanize_seconds(text: str) -> str:
     """'Dataset delivered: 12 episodes, 5496.002 s.' -> '... 12 episodes, 1 h 32 min.'"""
     return SECONDS_IN_TEXT.sub(lambda m: duration_text(Decimal(m.group(1))), text or "")
+
+
+AMOUNT_IN_TEXT = re.compile(r"(-?\d+(?:\.\d+)?) ([A-Z]{3})(/h)?\b")
+
+
+def readable_line(description: str, names: dict[str, str]) -> str:
+    """A priced line as people read it: 'Sensor add-on force-torque: 40 h x 10.0000 USD/h'
+    -> 'Sensor add-on Wrist force/torque sensor: 40 h x $10.00/h' (catalog names for slugs,
+    amounts in the one money format)."""
+    from orders.money import format_money, format_rate
+
+    def amount(match: re.Match) -> str:
+        value, currency, per_hour = Decimal(match.group(1)), match.group(2), match.group(3)
+        return format_rate(value, currency) if per_hour else format_money(value, currency)
+
+    text = AMOUNT_IN_TEXT.sub(amount, description or "")
+    for slug, name in names.items():
+        text = re.sub(rf"(?<![\w-]){re.escape(slug)}(?![\w-])", name, text)
+    return text

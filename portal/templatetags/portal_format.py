@@ -9,7 +9,7 @@ from decimal import Decimal
 from django import template
 
 from orders.money import format_money, format_rate
-from portal.wording import duration_text, humanize_seconds, qa_reason_text
+from portal.wording import duration_text, humanize_seconds, qa_reason_text, readable_line
 
 register = template.Library()
 
@@ -49,3 +49,13 @@ def qa_reason(code):
 def humanized(text):
     """Event reasons with raw seconds ('5496.002 s') read in hours and minutes."""
     return humanize_seconds(text)
+
+
+@register.simple_tag
+def line_text(line):
+    """A price line's description with catalog names and formatted amounts."""
+    from orders.models import Embodiment, SensorAddon
+
+    names = dict(Embodiment.objects.values_list("slug", "name"))
+    names.update(SensorAddon.objects.values_list("slug", "name"))
+    return readable_line(line.get("description") or line.get("code", ""), names)
