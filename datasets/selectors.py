@@ -243,34 +243,12 @@ def _acceptance(order: Order) -> tuple[Decimal | None, int, int]:
     return rate, counts["accepted"], decided
 
 
-def order_collection_status(*, order: Order, now=None) -> CollectionStatus:
-    """ETA = the latest estimated finish of the jobs still to do in the current phase:
-    a job a fleet holds finishes when the hours it still needs, divided by the share of
-    recorded time QA accepts (so far on this order; 85 % before anything was checked), are
-    recorded at the fleet's weekly capacity shared over the jobs it holds; a job no fleet holds
-    yet counts at its deadline. Three queries whatever the number of jobs."""
+def _job_rows(jobs, held_per_fleet, used_rate, now) -> tuple[list[JobProgress], dict]:
+    """Each job's progress and estimated finish; totals for the basis."""
     from django.utils import timezone
 
-    now = now or timezone.now()
-    jobs = list(
-        Job.objects.filter(order=order)
-        .exclude(status=Job.Status.CANCELLED)
-        .select_related("site", "fleet")
-        .order_by("sequence")
-    )
-    fleet_ids = {job.fleet_id for job in jobs if job.fleet_id and job.status in COLLECTING}
-    held_per_fleet = {
-        row["fleet_id"]: row["count"]
-        for row in Job.objects.filter(fleet_id__in=fleet_ids, status__in=COLLECTING)
-        .values("fleet_id")
-        .annotate(count=Count("id"))
-    }
-    rate, accepted_count, decided = _acceptance(order)
-    used_rate = rate if rate else ETA_PRIOR_ACCEPTANCE
     rows: list[JobProgress] = []
-    remaining_total = Decimal(0)
-    capacity_used = Decimal(0)
-    unassigned = 0
+    totals = {"remaining": Decimal(0), "capacity": Decimal(0), "unassigned": 0}
     for job in jobs:
         accepted = (job.accepted_seconds / HOUR).quantize(Decimal("0.01"))
         target = job.target_hours
@@ -288,70 +266,104 @@ def order_collection_status(*, order: Order, now=None) -> CollectionStatus:
             percent=int(min(Decimal(100), accepted / target * 100)) if target else 0,
             deadline=job.deadline,
         )
-        if job.status == Job.Status.COMPLETED:
-            row.finish = None
-        elif job.status in COLLECTING and job.fleet_id:
+        if job.status in COLLECTING and job.fleet_id:
             share = job.fleet.weekly_capacity_hours / max(1, held_per_fleet.get(job.fleet_id, 1))
-            capacity_used += share
-            remaining_total += remaining
+            totals["capacity"] += share
+            totals["remaining"] += remaining
             if share > 0:
                 weeks = remaining / used_rate / share
                 row.finish = now + timezone.timedelta(days=float(weeks * 7))
         elif job.status in UNASSIGNED:
-            remaining_total += remaining
-            unassigned += 1
+            totals["remaining"] += remaining
+            totals["unassigned"] += 1
             row.finish = job.deadline
         rows.append(row)
+    return rows, totals
 
-    deadlines = [job.deadline for job in jobs if job.status != Job.Status.COMPLETED]
-    deadline = max(deadlines) if deadlines else None
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'s' if count != 1 else ''}"
+
+
+def _collecting_basis(jobs, rows, totals) -> tuple[list[str], str, bool]:
+    """Basis lines for an order being collected; (lines, state, estimate finishes?)."""
     basis: list[str] = []
-    if rate is not None:
+    collecting = [row for row in rows if row.status in COLLECTING]
+    if collecting:
+        fleets = len({job.fleet_id for job in jobs if job.status in COLLECTING})
+        capacity = totals["capacity"].quantize(Decimal("0.1"))
         basis.append(
+            f"{_plural(len(collecting), 'job')} held by {_plural(fleets, 'fleet')}, with "
+            f"{capacity} h/week of capacity for this order."
+        )
+    if totals["unassigned"]:
+        basis.append(
+            f"{_plural(totals['unassigned'], 'job')} not taken by a fleet yet: counted at the "
+            "deadline."
+        )
+    basis.append(f"{totals['remaining'].quantize(Decimal('0.01'))} h still to be accepted.")
+    held = [row for row in rows if row.status == Job.Status.HELD]
+    others = [row for row in rows if row.status not in (Job.Status.HELD, Job.Status.COMPLETED)]
+    if held and not others:
+        basis.append("The rest of the order starts when you approve the pilot.")
+        return basis, "after_pilot", False
+    if held:
+        basis.append("This estimate covers the pilot; the rest starts when you approve it.")
+    return basis, "estimating", True
+
+
+def order_collection_status(*, order: Order, now=None) -> CollectionStatus:
+    """ETA = the latest estimated finish of the jobs still to do in the current phase:
+    a job a fleet holds finishes when the hours it still needs, divided by the share of
+    recorded time QA accepts (so far on this order; 85 % before anything was checked), are
+    recorded at the fleet's weekly capacity shared over the jobs it holds; a job no fleet holds
+    yet counts at its deadline. Four queries whatever the number of jobs."""
+    from django.utils import timezone
+
+    now = now or timezone.now()
+    jobs = list(
+        Job.objects.filter(order=order)
+        .exclude(status=Job.Status.CANCELLED)
+        .select_related("site", "fleet")
+        .order_by("sequence")
+    )
+    fleet_ids = {job.fleet_id for job in jobs if job.fleet_id and job.status in COLLECTING}
+    held_per_fleet = {
+        row["fleet_id"]: row["count"]
+        for row in Job.objects.filter(fleet_id__in=fleet_ids, status__in=COLLECTING)
+        .values("fleet_id")
+        .annotate(count=Count("id"))
+    }
+    rate, accepted_count, decided = _acceptance(order)
+    rows, totals = _job_rows(jobs, held_per_fleet, rate or ETA_PRIOR_ACCEPTANCE, now)
+    if rate is not None:
+        basis = [
             f"{int(rate * 100)} % of checked episodes passed QA so far "
             f"({accepted_count} of {decided})."
-        )
+        ]
     else:
-        basis.append(
+        basis = [
             f"No episode checked yet: {int(ETA_PRIOR_ACCEPTANCE * 100)} % of recorded time is "
             "assumed to pass QA."
-        )
-    state = "estimating"
-    finishes = [row.finish for row in rows if row.finish is not None]
-    held = [row for row in rows if row.status == Job.Status.HELD]
+        ]
+    estimate = True
     if order.status in (Order.Status.DRAFT, Order.Status.AWAITING_PAYMENT):
-        state, finishes = "not_started", []
-        basis = ["Collection starts when the order is paid."]
+        state, estimate, basis = "not_started", False, ["Collection starts when the order is paid."]
     elif order.status in (Order.Status.CANCELLED, Order.Status.REFUNDED, Order.Status.CLOSED):
-        state, finishes, basis = "closed", [], []
+        state, estimate, basis = "closed", False, []
     elif order.status == Order.Status.DELIVERED:
-        state, finishes, basis = "done", [], ["Delivered."]
+        state, estimate, basis = "done", False, ["Delivered."]
     elif not jobs:
         state = "estimating"
         basis.append("Jobs are being planned.")
     else:
-        collecting = [row for row in rows if row.status in COLLECTING]
-        if collecting:
-            fleets = len({job.fleet_id for job in jobs if job.status in COLLECTING})
-            basis.append(
-                f"{len(collecting)} job{'s' if len(collecting) != 1 else ''} held by {fleets} "
-                f"fleet{'s' if fleets != 1 else ''}, with {capacity_used.quantize(Decimal('0.1'))}"
-                " h/week of capacity for this order."
-            )
-        if unassigned:
-            basis.append(
-                f"{unassigned} job{'s' if unassigned != 1 else ''} not taken by a fleet yet: "
-                "counted at the deadline."
-            )
-        basis.append(f"{remaining_total.quantize(Decimal('0.01'))} h still to be accepted.")
-        if held and not [r for r in rows if r.status not in (Job.Status.HELD, "completed")]:
-            state = "after_pilot"
-            finishes = []
-            basis.append("The rest of the order starts when you approve the pilot.")
-        elif held:
-            basis.append("This estimate covers the pilot; the rest starts when you approve it.")
+        more, state, estimate = _collecting_basis(jobs, rows, totals)
+        basis += more
+    finishes = [row.finish for row in rows if row.finish is not None] if estimate else []
     eta = max(finishes) if finishes else None
-    if deadline is not None:
+    deadlines = [job.deadline for job in jobs if job.status != Job.Status.COMPLETED]
+    deadline = max(deadlines) if deadlines else None
+    if deadline is not None and state not in ("closed", "done"):
         basis.append(f"Deadline {deadline:%Y-%m-%d}.")
     return CollectionStatus(
         jobs=rows,
@@ -361,7 +373,7 @@ def order_collection_status(*, order: Order, now=None) -> CollectionStatus:
         deadline=deadline,
         late=bool(eta and deadline and eta > deadline),
         acceptance_rate=rate,
-        remaining_hours=remaining_total,
+        remaining_hours=totals["remaining"],
     )
 
 

@@ -267,10 +267,15 @@ def job_pay_rate(*, job: Job, fleet: Fleet) -> Decimal:
     return fleet.payout_rate_per_hour
 
 
-def fleet_capacity_impact(*, fleet: Fleet, job: Job, now: datetime) -> dict:
+def fleet_capacity_impact(
+    *, fleet: Fleet, job: Job, now: datetime, committed: dict | None = None
+) -> dict:
     """What taking `job` does to `fleet`'s capacity until the job's deadline: hours free
-    before, hours the job needs, hours free after (the dispatcher's own arithmetic)."""
-    owed = committed_hours(fleet_ids={fleet.pk}).get(fleet.pk, Decimal(0))
+    before, hours the job needs, hours free after (the dispatcher's own arithmetic).
+    `committed`: committed_hours() of several fleets read once (a list of offers)."""
+    if committed is None:
+        committed = committed_hours(fleet_ids={fleet.pk})
+    owed = committed.get(fleet.pk, Decimal(0))
     held = job.fleet_id == fleet.pk and job.status in JOB_HOLDING_STATES
     capacity = capacity_until(fleet, job.deadline, now)
     free_before = capacity - owed + (job.target_hours - job.progress_hours if held else 0)

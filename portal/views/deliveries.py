@@ -208,7 +208,7 @@ def delivery_export_page(request, pk):
         request, order, export_forms={delivery.id: form}
     )
     messages.error(request, "The copy did not start: see the form below.")
-    return render_page(request, "portal/orders/order_detail.html", context, status=400)
+    return render_page(request, "portal/orders/order_detail.html", context)
 
 
 CLIENT_MAIN = b"""import sys

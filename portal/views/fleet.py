@@ -227,7 +227,7 @@ def robot_edit(request, pk):
 # --- Offers ------------------------------------------------------------------------------------
 
 
-def task_card(job: Job, fleet, now) -> dict:
+def task_card(job: Job, fleet, now, committed: dict | None = None) -> dict:
     """What an operator needs to decide on a job and to do it: the pay (hours x the agreed
     rate), the success criterion, objects, notes, the streams to record, and what the job does
     to the fleet's capacity until its deadline."""
@@ -243,7 +243,9 @@ def task_card(job: Job, fleet, now) -> dict:
         "notes": order.notes,
         "fps_note": "the order's first accepted episode fixes the frame rate",
         "action_dim": job.embodiment.action_dim,
-        "capacity": selectors.fleet_capacity_impact(fleet=fleet, job=job, now=now),
+        "capacity": selectors.fleet_capacity_impact(
+            fleet=fleet, job=job, now=now, committed=committed
+        ),
     }
 
 
@@ -254,8 +256,9 @@ def offer_list(request):
     )
     now = timezone.now()
     pending = list(offers.filter(status=Offer.Status.PENDING).order_by("expires_at", "pk"))
+    committed = selectors.committed_hours(fleet_ids={offer.fleet_id for offer in pending})
     for offer in pending:
-        offer.card = task_card(offer.job, offer.fleet, now)
+        offer.card = task_card(offer.job, offer.fleet, now, committed)
     recent = list(offers.exclude(status=Offer.Status.PENDING)[:RECENT_OFFERS])
     return render_page(
         request,
