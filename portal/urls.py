@@ -16,30 +16,30 @@ urlpatterns = [
     path(
         "accounts/password-reset/",
         auth_views.PasswordResetView.as_view(
-            template_name="registration/password_reset.html",
-            email_template_name="registration/password_reset_email.txt",
-            subject_template_name="registration/password_reset_subject.txt",
+            template_name="portal/accounts/password_reset.html",
+            email_template_name="portal/accounts/password_reset_email.txt",
+            subject_template_name="portal/accounts/password_reset_subject.txt",
         ),
         name="password_reset",
     ),
     path(
         "accounts/password-reset/sent/",
         auth_views.PasswordResetDoneView.as_view(
-            template_name="registration/password_reset_sent.html"
+            template_name="portal/accounts/password_reset_sent.html"
         ),
         name="password_reset_done",
     ),
     path(
         "accounts/reset/<uidb64>/<token>/",
         auth_views.PasswordResetConfirmView.as_view(
-            template_name="registration/password_reset_confirm.html"
+            template_name="portal/accounts/password_reset_confirm.html"
         ),
         name="password_reset_confirm",
     ),
     path(
         "accounts/reset/done/",
         auth_views.PasswordResetCompleteView.as_view(
-            template_name="registration/password_reset_complete.html"
+            template_name="portal/accounts/password_reset_complete.html"
         ),
         name="password_reset_complete",
     ),
