@@ -6,8 +6,6 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-
-from orders.money import format_money
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -15,6 +13,7 @@ from django.utils import timezone
 from marketplace.models import ApiKey, Membership, Organization, User
 from orders import services
 from orders.models import Order, OrderEvent, Quote
+from orders.money import format_money
 from orders.services import DatasetRequest
 from tests.factories import UserFactory
 

@@ -427,9 +427,7 @@ def test_needs_attention_lists_and_acts(customer, staff_client, eager_celery):
 
 
 def test_an_offer_shows_pay_criterion_objects_and_capacity(fleet_operator):
-    _, site, _ = operator_fleet(
-        fleet_operator.organization, weekly_capacity_hours=Decimal("20")
-    )
+    _, site, _ = operator_fleet(fleet_operator.organization, weekly_capacity_hours=Decimal("20"))
     site.objects_available = ["peg", "hole plate"]
     site.save()
     job, offer = offered_job(site)
