@@ -40,7 +40,11 @@ urlpatterns = [
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
-    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
+    path(
+        "api/redoc/",
+        SpectacularRedocView.as_view(url_name="schema", template_name="portal/api/redoc.html"),
+        name="api-redoc",
+    ),
 ]
 
 

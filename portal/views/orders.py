@@ -236,6 +236,7 @@ def order_live(request, pk):
     order = _order_for(request, pk)
     context = _order_context(request, order)
     context["caller"] = request.caller
+    context["section"] = context["quality_section"]  # as the page includes it
     sections = {
         name: render_to_string(template, context, request=request)
         for name, template in LIVE_SECTIONS
