@@ -56,3 +56,15 @@ def format_rate(amount, currency: str, unit: str = "h") -> str:
     symbol = SYMBOLS.get((currency or "").upper(), f"{currency}\u00a0")
     sign = "-" if value < 0 else ""
     return f"{sign}{symbol}{abs(value):,.{places}f}/{unit}"
+
+
+def admin_money(field: str, *, currency_field: str = "currency", description: str = ""):
+    """An admin column showing `field` in the one money format (`list_display` entry)."""
+
+    def column(obj):
+        return format_money(getattr(obj, field), getattr(obj, currency_field))
+
+    column.short_description = description or field.replace("_", " ").capitalize()
+    column.admin_order_field = field
+    column.__name__ = f"{field}_formatted"
+    return column
