@@ -141,3 +141,19 @@ def post_payout(payout: Payout) -> None:
         organization_id=payout.fleet.organization_id,
         fleet_id=payout.fleet_id,
     )
+
+
+def post_bank_charge(payment: Payment) -> None:
+    """A payment received by bank transfer (recorded by staff): cash in the bank account."""
+    ledger_post(
+        key=f"charge:{payment.id}",
+        kind=LedgerTransaction.Kind.CHARGE,
+        memo=f"Bank transfer {payment.reference} for order {payment.order_id}"[:500],
+        legs=[
+            Leg(LedgerAccount.BANK, payment.amount, payment.currency),
+            Leg(LedgerAccount.CUSTOMER_FUNDS, -payment.amount, payment.currency),
+        ],
+        order_id=payment.order_id,
+        organization_id=payment.organization_id,
+        payment=payment,
+    )

@@ -37,6 +37,7 @@ class Payment(models.Model):
     class Method(models.TextChoices):
         PAYMENT_INTENT = "payment_intent", "PaymentIntent (API)"
         CHECKOUT = "checkout", "Checkout (web)"
+        BANK_TRANSFER = "bank_transfer", "Bank transfer (recorded by staff)"
 
     class Status(models.TextChoices):
         REQUIRES_PAYMENT = "requires_payment", "Awaiting the customer"
@@ -63,6 +64,9 @@ class Payment(models.Model):
     client_secret = models.CharField(max_length=255, blank=True)
     checkout_url = models.URLField(max_length=2000, blank=True)
     failure_message = models.TextField(blank=True)
+    # Out-of-band payments (bank transfer): the bank's reference and who recorded it.
+    reference = models.CharField(max_length=200, blank=True)
+    recorded_by = models.CharField(max_length=200, blank=True)
     succeeded_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -189,6 +193,7 @@ class LedgerAccount(models.TextChoices):
     """Where money sits. Debits are positive, credits negative; every transaction sums to 0."""
 
     STRIPE_BALANCE = "stripe_balance", "Stripe balance (cash)"
+    BANK = "bank", "Bank account (cash received by transfer)"
     CUSTOMER_FUNDS = "customer_funds", "Customer funds held for orders"
     DISPUTES = "disputes", "Disputed funds"
     # Added by fleet payables/payouts (issue 6, item 6): the columns already carry them.
@@ -430,3 +435,70 @@ class FleetPayable(models.Model):
     @property
     def margin(self) -> Decimal:
         return self.customer_amount - self.amount
+
+
+class BillingProfile(models.Model):
+    """What a customer's invoices say about them: legal name, address, tax id."""
+
+    organization = models.OneToOneField(
+        Organization, on_delete=models.CASCADE, related_name="billing_profile"
+    )
+    legal_name = models.CharField(max_length=200)
+    address = models.TextField(blank=True)
+    tax_id = models.CharField(max_length=40, blank=True)
+    email = models.EmailField(blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.legal_name
+
+
+class InvoiceCounter(models.Model):
+    """The last invoice number given out in a year (numbers are gapless per year)."""
+
+    year = models.PositiveIntegerField(primary_key=True)
+    last = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.year}: {self.last}"
+
+
+class Invoice(models.Model):
+    """One invoice per order, issued once and never changed: a snapshot of seller, buyer,
+    lines, tax and the bank details to pay it by transfer (with its payment reference)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    number = models.CharField(max_length=30, unique=True)  # INV-2026-000123
+    order = models.OneToOneField(Order, on_delete=models.PROTECT, related_name="invoice")
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
+    issued_at = models.DateTimeField()
+    due_at = models.DateField()
+    seller_name = models.CharField(max_length=200)
+    seller_address = models.TextField()
+    seller_tax_id = models.CharField(max_length=40, blank=True)
+    buyer_name = models.CharField(max_length=200)
+    buyer_address = models.TextField(blank=True)
+    buyer_tax_id = models.CharField(max_length=40, blank=True)
+    currency = models.CharField(max_length=3)
+    lines = models.JSONField()  # the order's priced lines
+    total = models.DecimalField(**AMOUNT)  # what is due, tax included
+    tax_rate_percent = models.DecimalField(max_digits=5, decimal_places=2)
+    tax_amount = models.DecimalField(**AMOUNT)
+    net_amount = models.DecimalField(**AMOUNT)
+    tax_note = models.CharField(max_length=300, blank=True)
+    payment_reference = models.CharField(max_length=40, unique=True)
+    bank_account_name = models.CharField(max_length=200)
+    bank_iban = models.CharField(max_length=60)
+    bank_bic = models.CharField(max_length=20)
+
+    class Meta:
+        ordering = ["-issued_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(total=models.F("net_amount") + models.F("tax_amount")),
+                name="invoice_total_is_net_plus_tax",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Invoice {self.number}"

@@ -107,11 +107,11 @@ def revenue_summary() -> dict:
         .annotate(
             charged=Sum(
                 "amount",
-                filter=Q(transaction__kind="charge", account="stripe_balance"),
+                filter=Q(transaction__kind="charge", account__in=("stripe_balance", "bank")),
             ),
             refunded=Sum("amount", filter=Q(transaction__kind="refund", account="customer_funds")),
             disputed=Sum("amount", filter=Q(account="disputes")),
-            cash=Sum("amount", filter=Q(account="stripe_balance")),
+            cash=Sum("amount", filter=Q(account__in=("stripe_balance", "bank"))),
             held=Sum("amount", filter=Q(account="customer_funds")),
             payable=Sum("amount", filter=Q(account="fleet_payable")),
             margin=Sum("amount", filter=Q(account="platform_revenue")),
@@ -176,3 +176,35 @@ def payables_summary() -> list[dict]:
         }
         for row in rows
     ]
+
+
+def order_invoice(*, order: Order):
+    """The order's invoice, if one was issued."""
+    from billing.models import Invoice
+
+    return Invoice.objects.filter(order=order).first()
+
+
+def billing_profile(*, organization: Organization):
+    from billing.models import BillingProfile
+
+    return BillingProfile.objects.filter(organization=organization).first()
+
+
+def flags_open():
+    """Staff: flags not resolved yet, newest first (disputes, payments in review, ...)."""
+    return BillingFlag.objects.filter(resolved_at__isnull=True).select_related("order", "payment")
+
+
+def payments_in_review():
+    return Payment.objects.filter(status=Payment.Status.REVIEW).select_related(
+        "order", "organization"
+    )
+
+
+def orders_awaiting_transfer():
+    """Staff: orders awaiting payment, with their invoice if one was issued (bank transfers
+    to match)."""
+    return Order.objects.filter(status=Order.Status.AWAITING_PAYMENT).select_related(
+        "organization", "invoice"
+    )

@@ -8,6 +8,11 @@ from marketplace.error_codes import register
 @register
 class ErrorCode(models.TextChoices):
     ALREADY_REVIEWED = "already_reviewed", "The pilot was already reviewed."
+    ARCHIVE_TOO_LARGE = (
+        "archive_too_large",
+        "The delivery is too large for a single archive: use the download command.",
+    )
+    EXPORT_REFUSED = "export_refused", "The bucket export cannot start (see the fields)."
     DELIVERY_NOT_READY = "delivery_not_ready", "The delivery is not ready yet."
     DELIVERY_REVOKED = "delivery_revoked", "The delivery was revoked: no new links are issued."
     DUPLICATE_EPISODE = (

@@ -196,3 +196,44 @@ class DownloadEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor_label} {self.path} {self.created_at:%Y-%m-%d %H:%M}"
+
+
+class BucketExport(models.Model):
+    """A delivery copied into the customer's own S3 bucket, then read back and verified.
+
+    The customer's secret key is kept only while the copy runs: it is erased when the export
+    ends, verified or failed.
+    """
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        COPYING = "copying", "Copying"
+        VERIFIED = "verified", "Copied and verified"
+        FAILED = "failed", "Failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    delivery = models.ForeignKey(Delivery, on_delete=models.PROTECT, related_name="exports")
+    requested_by = models.CharField(max_length=200)
+    bucket = models.CharField(max_length=63)
+    prefix = models.CharField(max_length=300, blank=True)
+    region = models.CharField(max_length=40, default="us-east-1")
+    endpoint_url = models.CharField(max_length=300, blank=True)  # blank: AWS S3
+    access_key_id = models.CharField(max_length=128)
+    secret_access_key = models.CharField(max_length=256, blank=True)  # erased when done
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    files_total = models.PositiveIntegerField(default=0)
+    files_done = models.PositiveIntegerField(default=0)
+    bytes_done = models.BigIntegerField(default=0)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"Export of {self.delivery_id} to s3://{self.bucket}/{self.prefix} ({self.status})"
+
+    @property
+    def target(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}".rstrip("/") + "/"

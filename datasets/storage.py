@@ -316,3 +316,57 @@ class RangeReader(io.RawIOBase):
         data = self.read(len(buffer))
         buffer[: len(data)] = data
         return len(data)
+
+
+def stream(key: str, chunk_bytes: int = STREAM_CHUNK):
+    """The stored bytes of one object, chunk by chunk (never the whole object in memory)."""
+    with _translated(key):
+        body = client().get_object(Bucket=bucket(), Key=key)["Body"]
+    try:
+        while True:
+            with _translated(key):
+                block = body.read(chunk_bytes)
+            if not block:
+                return
+            yield block
+    finally:
+        body.close()
+
+
+def foreign_client(*, endpoint_url: str | None, region: str, access_key: str, secret_key: str):
+    """A client of someone else's bucket (a customer's, for delivery exports), with the same
+    signing rules as ours; never cached (the keys are theirs and short-lived here)."""
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint_url or None,
+        region_name=region,
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+        config=Config(
+            signature_version="s3v4",
+            s3={"addressing_style": "path"},
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+            retries={"max_attempts": 3, "mode": "standard"},
+            connect_timeout=5,
+            read_timeout=60,
+        ),
+    )
+
+
+def copy_out(*, key: str, target, target_bucket: str, target_key: str) -> str:
+    """Copy one of our objects into another account's bucket, streamed through this process
+    (another account's credentials cannot copy server-side), then read it back from there and
+    return the SHA-256 (hex) of what the target holds."""
+    with _translated(key):
+        body = client().get_object(Bucket=bucket(), Key=key)["Body"]
+        try:
+            target.upload_fileobj(body, target_bucket, target_key)
+        finally:
+            body.close()
+    digest = hashlib.sha256()
+    with _translated(target_key):
+        stored = target.get_object(Bucket=target_bucket, Key=target_key)["Body"]
+        for block in iter(lambda: stored.read(STREAM_CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()

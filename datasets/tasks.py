@@ -73,3 +73,11 @@ def delivery_notify(delivery_id: str) -> int:
     from datasets.services.deliveries import delivery_notify
 
     return delivery_notify(delivery_id=delivery_id)
+
+
+@shared_task(**OPTIONS)
+def delivery_export(export_id: str) -> str:
+    """Queue "delivery": copy a delivery into the customer's bucket and verify it there."""
+    from datasets.services.exports import bucket_export_run
+
+    return bucket_export_run(export_id=export_id).status

@@ -98,8 +98,11 @@ class FleetAgent:
         client: ApiClient | None = None,
         defect_rate: float | None = None,
         seed: int | None = None,
+        only_job: str | None = None,
     ):
         self.config = config
+        # --job: work on this one job only (the job page's "start collecting"); take no offers
+        self.only_job = only_job
         self.client = client or ApiClient(config.base_url, config.api_key)
         self.defect_rate = config.collection.defect_rate if defect_rate is None else defect_rate
         if not 0 <= self.defect_rate <= 1:
@@ -282,8 +285,13 @@ class FleetAgent:
         if self.fleet is None:
             self.register()
         self.heartbeat()
-        busy = self.handle_offers() > 0
-        jobs = [j for j in self.client.jobs() if j.get("fleet") == self.fleet["id"]]
+        busy = self.handle_offers() > 0 if self.only_job is None else False
+        jobs = [
+            j
+            for j in self.client.jobs()
+            if j.get("fleet") == self.fleet["id"]
+            and (self.only_job is None or j["id"] == self.only_job)
+        ]
         working = [j for j in jobs if j["status"] in WORKING]
         for job in jobs:
             if job["status"] != "completed":

@@ -54,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=6,
         help="tries per request on connection errors, 5xx and 429 (6), with backoff",
     )
+    parser.add_argument(
+        "--job",
+        default=None,
+        help="work on this job only (its id, from the job page); take no new offers",
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (INFO)")
     return parser
 
@@ -77,7 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fleet-agent: {exc}", file=sys.stderr)
         return 2
     client = ApiClient(config.base_url, config.api_key, retry=RetryPolicy(attempts=args.retries))
-    agent = FleetAgent(config, client=client, defect_rate=args.defect_rate, seed=args.seed)
+    agent = FleetAgent(
+        config,
+        client=client,
+        defect_rate=args.defect_rate,
+        seed=args.seed,
+        only_job=args.job,
+    )
 
     def stop(signum, frame):
         logging.getLogger("fleet_agent").info("signal %s: stopping after this step", signum)

@@ -255,3 +255,62 @@ def job_events_visible_to(*, organization: Organization, job: Job) -> QuerySet[J
     return JobEvent.objects.filter(job=job).filter(
         Q(fleet__isnull=True) | Q(fleet__organization=organization)
     )
+
+
+# --- Appended by the portals work (issue 18): task cards and the staff dispatch board -----------
+
+
+def job_pay_rate(*, job: Job, fleet: Fleet) -> Decimal:
+    """The agreed rate per accepted hour for a job held by (or offered to) `fleet`: the rate
+    its active assignment fixed, else its pending offer's, else (neither yet) the fleet's
+    current rate, which is what an offer would carry."""
+    assignment = (
+        Assignment.objects.filter(job=job, fleet=fleet, active=True)
+        .values_list("rate_per_hour", flat=True)
+        .first()
+    )
+    if assignment is not None:
+        return assignment
+    offered = (
+        Offer.objects.filter(job=job, fleet=fleet, status=Offer.Status.PENDING)
+        .values_list("rate_per_hour", flat=True)
+        .first()
+    )
+    return offered if offered is not None else fleet.payout_rate_per_hour
+
+
+def fleet_capacity_impact(
+    *, fleet: Fleet, job: Job, now: datetime, committed: dict | None = None
+) -> dict:
+    """What taking `job` does to `fleet`'s capacity until the job's deadline: hours free
+    before, hours the job needs, hours free after (the dispatcher's own arithmetic).
+    `committed`: committed_hours() of several fleets read once (a list of offers)."""
+    if committed is None:
+        committed = committed_hours(fleet_ids={fleet.pk})
+    owed = committed.get(fleet.pk, Decimal(0))
+    held = job.fleet_id == fleet.pk and job.status in JOB_HOLDING_STATES
+    capacity = capacity_until(fleet, job.deadline, now)
+    free_before = capacity - owed + (job.target_hours - job.progress_hours if held else 0)
+    return {
+        "weekly_capacity": fleet.weekly_capacity_hours,
+        "capacity_until_deadline": capacity.quantize(Decimal("0.1")),
+        "committed": (owed - (job.target_hours - job.progress_hours if held else 0)).quantize(
+            Decimal("0.01")
+        ),
+        "job_hours": job.target_hours,
+        "free_after": (free_before - job.target_hours).quantize(Decimal("0.1")),
+    }
+
+
+def dispatch_board() -> dict[str, QuerySet[Job]]:
+    """Staff: the jobs that are not done, by where they stand in dispatch."""
+    base = Job.objects.select_related("order", "order__task_type", "fleet", "site").order_by(
+        "deadline", "pk"
+    )
+    return {
+        "flagged": base.filter(status=Job.Status.FLAGGED),
+        "open": base.filter(status=Job.Status.OPEN),
+        "offered": base.filter(status=Job.Status.OFFERED).prefetch_related("offers"),
+        "collecting": base.filter(status__in=(Job.Status.ASSIGNED, Job.Status.IN_PROGRESS)),
+        "held": base.filter(status=Job.Status.HELD),
+    }

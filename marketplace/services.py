@@ -120,7 +120,33 @@ def api_key_touch(*, api_key: ApiKey, min_interval_seconds: int = 60) -> None:
 def customer_signup(
     *, username: str, email: str, password: str, organization_name: str
 ) -> Organization:
-    """A new person and their customer organization, with the person as its owner.
+    """A new person and their customer organization, with the person as its owner."""
+    return _signup(
+        username=username,
+        email=email,
+        password=password,
+        organization_name=organization_name,
+        kind=Organization.Kind.CUSTOMER,
+    )
+
+
+def operator_signup(
+    *, username: str, email: str, password: str, organization_name: str
+) -> Organization:
+    """A new person and their fleet-operator organization, with the person as its owner."""
+    return _signup(
+        username=username,
+        email=email,
+        password=password,
+        organization_name=organization_name,
+        kind=Organization.Kind.FLEET_OPERATOR,
+    )
+
+
+def _signup(
+    *, username: str, email: str, password: str, organization_name: str, kind: str
+) -> Organization:
+    """A new person and their organization of `kind`, with the person as its owner.
 
     Password strength is the form's job (Django's validators); uniqueness is checked here so
     every caller gets the same field errors.
@@ -141,9 +167,7 @@ def customer_signup(
     try:
         with transaction.atomic():
             user = User.objects.create_user(username=username, email=email, password=password)
-            return organization_create(
-                name=organization_name.strip(), kind=Organization.Kind.CUSTOMER, owner=user
-            )
+            return organization_create(name=organization_name.strip(), kind=kind, owner=user)
     except IntegrityError as exc:  # the same name registered at the same moment
         raise ServiceError(
             "Could not create the account.",

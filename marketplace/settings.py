@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "axes",
+    "drf_spectacular_sidecar",  # Swagger UI and Redoc served from our own static files
     "marketplace",
     "orders",
     "fleets",
@@ -170,6 +171,10 @@ SPECTACULAR_SETTINGS = {
     ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI and Redoc from drf-spectacular-sidecar's static files: no CDN, works offline.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
@@ -406,3 +411,27 @@ CELERY_BEAT_SCHEDULE["billing-payouts"] = {
     "task": "billing.tasks.payout_run",
     "schedule": crontab(**BILLING_PAYOUT_CRONTAB),
 }
+
+# --- Portals (issue 18): downloads, exports, the live order page, invoices ------------------------
+# A whole delivery as one streamed tar file: offered up to this size (bigger: the command).
+DELIVERY_ARCHIVE_MAX_BYTES = int(os.environ.get("DELIVERY_ARCHIVE_MAX_BYTES", str(2 * 1024**3)))
+# Deliveries copied into a customer's own bucket: S3 endpoints customers may name besides AWS
+# (comma-separated, exact scheme://host:port), so a customer cannot aim the platform at an
+# internal address. Empty: AWS S3 only.
+DELIVERY_EXPORT_ENDPOINTS = env_list("DELIVERY_EXPORT_ENDPOINTS", "")
+# How often the order page asks for fresh figures while collection runs.
+ORDER_PAGE_POLL_SECONDS = int(os.environ.get("ORDER_PAGE_POLL_SECONDS", "5"))
+# Invoices: who bills, and where bank transfers go (printed on every invoice).
+BILLING_SELLER_NAME = os.environ.get("BILLING_SELLER_NAME", "Motion Dataset Marketplace Ltd")
+BILLING_SELLER_ADDRESS = os.environ.get(
+    "BILLING_SELLER_ADDRESS", "1 Example Street, 10115 Berlin, Germany"
+)
+BILLING_SELLER_TAX_ID = os.environ.get("BILLING_SELLER_TAX_ID", "DE000000000")
+BILLING_TAX_RATE_PERCENT = os.environ.get("BILLING_TAX_RATE_PERCENT", "0")
+BILLING_TAX_NOTE = os.environ.get(
+    "BILLING_TAX_NOTE", "Prices include tax where it applies; reverse charge for B2B in the EU."
+)
+BILLING_BANK_ACCOUNT_NAME = os.environ.get("BILLING_BANK_ACCOUNT_NAME", BILLING_SELLER_NAME)
+BILLING_BANK_IBAN = os.environ.get("BILLING_BANK_IBAN", "DE00 0000 0000 0000 0000 00")
+BILLING_BANK_BIC = os.environ.get("BILLING_BANK_BIC", "XXXXDEXXXXX")
+BILLING_INVOICE_DUE_DAYS = int(os.environ.get("BILLING_INVOICE_DUE_DAYS", "14"))

@@ -3,7 +3,11 @@ API under /api/v1/ with its schema and docs, the Stripe webhook, probes and the 
 
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import (
+    SpectacularAPIView,
+    SpectacularRedocView,
+    SpectacularSwaggerView,
+)
 
 from billing import views as billing_views
 from datasets import urls as datasets_urls
@@ -36,6 +40,11 @@ urlpatterns = [
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path(
+        "api/redoc/",
+        SpectacularRedocView.as_view(url_name="schema", template_name="portal/api/redoc.html"),
+        name="api-redoc",
+    ),
 ]
 
 

@@ -1,9 +1,11 @@
-from django.contrib import admin, messages
-from django.utils import timezone
+from decimal import Decimal
 
-from marketplace.errors import ServiceError
-from marketplace.tenancy import Caller
-from orders import services
+from django.contrib import admin, messages
+from django.http import HttpResponseRedirect
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+
 from orders.models import (
     ComplexityLevel,
     ComplexityMultiplier,
@@ -18,6 +20,7 @@ from orders.models import (
     TaskType,
     VolumeDiscountTier,
 )
+from orders.money import format_money
 
 
 @admin.register(ComplexityLevel)
@@ -102,9 +105,17 @@ class RateCardAdmin(admin.ModelAdmin):
 
 @admin.register(Quote)
 class QuoteAdmin(admin.ModelAdmin):
-    list_display = ["id", "organization", "task_type", "hours", "total", "currency", "expires_at"]
+    list_display = ["id", "organization", "task_type", "hours", "total_display", "expires_at"]
     list_select_related = ["organization", "task_type"]
-    readonly_fields = [f.name for f in Quote._meta.fields]
+    readonly_fields = ["price_lines"] + [f.name for f in Quote._meta.fields if f.name != "lines"]
+
+    @admin.display(description="Total", ordering="total")
+    def total_display(self, obj):
+        return format_money(obj.total, obj.currency)
+
+    @admin.display(description="Price lines")
+    def price_lines(self, obj):
+        return lines_table(obj)
 
     def has_add_permission(self, request):
         return False
@@ -132,30 +143,65 @@ class OrderAdmin(admin.ModelAdmin):
         "task_type",
         "hours",
         "accepted_hours",
-        "total",
-        "currency",
+        "total_display",
         "status",
         "created_at",
     ]
     list_filter = ["status", "task_type", "embodiment"]
     list_select_related = ["organization", "task_type"]
     search_fields = ["id", "organization__name"]
-    readonly_fields = [f.name for f in Order._meta.fields]
+    readonly_fields = ["price_lines"] + [f.name for f in Order._meta.fields if f.name != "lines"]
     inlines = [OrderEventInline]
     actions = ["mark_paid"]
 
     def has_add_permission(self, request):
         return False  # orders are placed by customers (API or portal)
 
-    @admin.action(description="Mark selected orders as paid (payment received outside Stripe)")
+    @admin.display(description="Total", ordering="total")
+    def total_display(self, obj):
+        return format_money(obj.total, obj.currency)
+
+    @admin.action(description="Record a bank transfer for the selected order (marks it paid)")
     def mark_paid(self, request, queryset):
-        caller = Caller(organization=None, role=None, user=request.user)
-        for order in queryset:
-            try:
-                services.order_mark_paid(
-                    order_id=order.pk, caller=caller, reason="Payment marked received by staff."
-                )
-            except ServiceError as exc:
-                self.message_user(request, f"{order.pk}: {exc.message}", messages.WARNING)
-            else:
-                self.message_user(request, f"{order.pk}: marked paid.", messages.SUCCESS)
+        """Paid outside Stripe: staff record the transfer (amount and reference) on the staff
+        console's page, which books a Payment and a ledger entry, then marks the order paid;
+        so billing's totals include it. One order at a time (each has its own reference)."""
+        orders = list(queryset[:2])
+        if len(orders) != 1:
+            self.message_user(
+                request, "Select exactly one order to record its bank transfer.", messages.WARNING
+            )
+            return None
+        return HttpResponseRedirect(reverse("staff-bank-transfer", args=[orders[0].pk]))
+
+    @admin.display(description="Price lines")
+    def price_lines(self, obj):
+        return lines_table(obj)
+
+
+def lines_table(spec):
+    """Price lines as a readable table (description, quantity, unit price, amount) in the one
+    money format, instead of the raw JSON."""
+    rows = format_html_join(
+        "",
+        "<tr><td>{}</td><td style='text-align:right'>{}</td><td style='text-align:right'>{}</td>"
+        "<td style='text-align:right'>{}</td></tr>",
+        (
+            (
+                line.get("description") or line.get("code"),
+                line.get("quantity", ""),
+                format_money(Decimal(str(line["unit_amount"])), spec.currency)
+                if line.get("unit_amount") not in (None, "")
+                else "",
+                format_money(Decimal(str(line["amount"])), spec.currency),
+            )
+            for line in spec.lines or []
+        ),
+    )
+    return format_html(
+        "<table><thead><tr><th>Item</th><th>Quantity</th><th>Unit</th><th>Amount</th></tr>"
+        "</thead><tbody>{}</tbody><tfoot><tr><th colspan='3'>Total</th>"
+        "<th style='text-align:right'>{}</th></tr></tfoot></table>",
+        rows,
+        format_money(spec.total, spec.currency),
+    )

@@ -65,3 +65,38 @@ def fleet_page(*, manage: bool = False):
     return organization_page(
         kind=Organization.Kind.FLEET_OPERATOR, roles=CAN_MANAGE_FLEETS if manage else ()
     )
+
+
+def confirmed(request) -> bool:
+    """An irreversible action was confirmed (the dialog, or the confirmation page)."""
+    return request.POST.get("confirmed") == "yes"
+
+
+def confirm_page(request, *, title: str, message: str, button: str, back_url: str, fields=()):
+    """Ask again on a page of its own (scripts off, or a direct POST): the same form, with
+    the confirmation; the safe choice comes first."""
+    return render_page(
+        request,
+        "portal/confirm.html",
+        {
+            "title": title,
+            "message": message,
+            "button": button,
+            "back_url": back_url,
+            "action": request.path,
+            "fields": [(name, value) for name, value in fields],
+        },
+    )
+
+
+def staff_page(view):
+    """Staff only (Django's is_staff): others get the login page or a 403 saying why."""
+
+    @wraps(view)
+    @login_required
+    def wrapped(request, *args, **kwargs):
+        if not request.user.is_staff:
+            raise PermissionDenied("These pages are for the platform's staff.")
+        return view(request, *args, **kwargs)
+
+    return wrapped

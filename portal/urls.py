@@ -4,7 +4,7 @@ marketplace/urls.py. The API, the admin, probes and the Stripe webhook are wired
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal.views import accounts, billing, deliveries, fleet, orders
+from portal.views import accounts, billing, deliveries, fleet, orders, staff
 
 urlpatterns = [
     # Accounts: home, sign up, log in and out, API keys (owners)
@@ -12,6 +12,37 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("signup/", accounts.signup, name="signup"),
+    path("signup/operator/", accounts.operator_signup, name="operator-signup"),
+    path(
+        "accounts/password-reset/",
+        auth_views.PasswordResetView.as_view(
+            template_name="portal/accounts/password_reset.html",
+            email_template_name="portal/accounts/password_reset_email.txt",
+            subject_template_name="portal/accounts/password_reset_subject.txt",
+        ),
+        name="password_reset",
+    ),
+    path(
+        "accounts/password-reset/sent/",
+        auth_views.PasswordResetDoneView.as_view(
+            template_name="portal/accounts/password_reset_sent.html"
+        ),
+        name="password_reset_done",
+    ),
+    path(
+        "accounts/reset/<uidb64>/<token>/",
+        auth_views.PasswordResetConfirmView.as_view(
+            template_name="portal/accounts/password_reset_confirm.html"
+        ),
+        name="password_reset_confirm",
+    ),
+    path(
+        "accounts/reset/done/",
+        auth_views.PasswordResetCompleteView.as_view(
+            template_name="portal/accounts/password_reset_complete.html"
+        ),
+        name="password_reset_complete",
+    ),
     path("account/api-keys/", accounts.api_keys, name="api-keys"),
     path(
         "account/api-keys/<uuid:pk>/revoke/",
@@ -21,10 +52,15 @@ urlpatterns = [
     # Customers: catalog, pricing, the order wizard, orders
     path("catalog/", orders.catalog, name="catalog"),
     path("pricing/", orders.price_calculator, name="pricing"),
+    path("prices/", orders.price_list, name="price-list"),
     path("orders/", orders.order_list_page, name="order-list-page"),
     path("orders/new/", orders.order_new, name="order-new"),
     path("orders/new/<uuid:quote_id>/", orders.order_new_quote, name="order-new-quote"),
     path("orders/<uuid:pk>/", orders.order_detail, name="order-detail-page"),
+    path("orders/<uuid:pk>/live/", orders.order_live, name="order-live-page"),
+    path("orders/<uuid:pk>/episodes/", orders.order_episodes, name="order-episodes-page"),
+    path("orders/<uuid:pk>/invoice/", billing.invoice_page, name="invoice-page"),
+    path("orders/<uuid:pk>/invoice.pdf", billing.invoice_pdf_page, name="invoice-pdf-page"),
     path("orders/<uuid:pk>/cancel/", orders.order_cancel, name="order-cancel-page"),
     path("orders/<uuid:pk>/pay/", billing.order_pay_page, name="order-pay-page"),
     # Customers: deliveries (audited downloads, pilot review, revocation)
@@ -33,6 +69,15 @@ urlpatterns = [
         deliveries.delivery_download_page,
         name="delivery-download-page",
     ),
+    path(
+        "deliveries/<uuid:pk>/archive.tar",
+        deliveries.delivery_archive_page,
+        name="delivery-archive-page",
+    ),
+    path(
+        "deliveries/<uuid:pk>/export/", deliveries.delivery_export_page, name="delivery-export-page"
+    ),
+    path("downloads/marketplace-download.pyz", deliveries.download_client, name="download-client"),
     path("deliveries/<uuid:pk>/review/", deliveries.pilot_review_page, name="pilot-review-page"),
     path(
         "deliveries/<uuid:pk>/revoke/",
@@ -53,5 +98,19 @@ urlpatterns = [
     path("fleet/offers/<uuid:pk>/decline/", fleet.offer_decline, name="offer-decline-page"),
     path("fleet/jobs/", fleet.job_list, name="job-list-page"),
     path("fleet/jobs/<uuid:pk>/", fleet.job_detail, name="job-detail-page"),
+    path("fleet/jobs/<uuid:pk>/collect/", fleet.job_collect, name="job-collect-page"),
     path("fleet/earnings/", billing.fleet_earnings_page, name="fleet-earnings-page"),
+    # Staff: what needs attention, the dispatch board, recording bank transfers
+    path("staff/", staff.attention, name="staff-attention"),
+    path("staff/dispatch/", staff.dispatch_board, name="staff-dispatch"),
+    path("staff/jobs/<uuid:pk>/redispatch/", staff.job_redispatch_page, name="staff-redispatch"),
+    path(
+        "staff/deliveries/<uuid:pk>/retry/", staff.delivery_retry_page, name="staff-delivery-retry"
+    ),
+    path("staff/flags/<int:pk>/resolve/", staff.flag_resolve_page, name="staff-flag-resolve"),
+    path(
+        "staff/orders/<uuid:pk>/bank-transfer/",
+        staff.bank_transfer_page,
+        name="staff-bank-transfer",
+    ),
 ]

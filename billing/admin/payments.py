@@ -28,6 +28,7 @@ from billing.services.flags import flag_resolve
 from billing.services.refunds import refund_by_staff
 from billing.services.stripe_events import FINAL_STATES, webhook_event_process
 from marketplace.errors import ServiceError
+from orders.money import admin_money
 
 
 class RefundInline(admin.TabularInline):
@@ -69,9 +70,10 @@ class PaymentAdmin(StaffActionsReadOnlyAdmin):
         "organization",
         "method",
         "status",
-        "amount",
-        "amount_refunded",
+        admin_money("amount"),
+        admin_money("amount_refunded", description="Refunded"),
         "currency",
+        "reference",
         "created_at",
     ]
     list_filter = ["status", "method", "currency"]
@@ -144,7 +146,15 @@ class PaymentAdmin(StaffActionsReadOnlyAdmin):
 
 @admin.register(Refund)
 class RefundAdmin(StaffActionsReadOnlyAdmin):
-    list_display = ["id", "order", "reason", "status", "amount", "currency", "created_at"]
+    list_display = [
+        "id",
+        "order",
+        "reason",
+        "status",
+        admin_money("amount"),
+        "currency",
+        "created_at",
+    ]
     list_filter = ["status", "reason", "currency"]
     search_fields = ["id", "order__id", "stripe_refund_id", "key"]
     readonly_fields = [f.name for f in Refund._meta.fields]
@@ -209,7 +219,7 @@ class LedgerEntryAdmin(CsvExportMixin, StaffActionsReadOnlyAdmin):
         "created_at",
         "transaction",
         "account",
-        "amount",
+        admin_money("amount"),
         "currency",
         "order",
         "fleet",

@@ -15,7 +15,7 @@ from rest_framework import status as http_status
 from billing import stripe_gateway as gateway
 from billing import tasks
 from billing.error_codes import ErrorCode
-from billing.ledger import post_charge
+from billing.ledger import post_bank_charge, post_charge
 from billing.models import PAYMENT_TRANSITIONS, BillingFlag, Payment, StripeCustomer, WebhookEvent
 from billing.services.flags import flag_raise
 from marketplace.audit import system_label
@@ -320,3 +320,71 @@ def release_deferred_events(waiting_for: str) -> None:
         status=WebhookEvent.Status.DEFERRED, waiting_for=waiting_for
     ).values_list("pk", flat=True):
         enqueue_on_commit(tasks.webhook_event_process, pk)
+
+
+# --- Payments received outside Stripe (bank transfer), recorded by staff ------------------------
+
+
+def payment_record_offline(
+    *, order_id, amount: Decimal, reference: str, recorded_by: str
+) -> Payment:
+    """Staff saw the order's money arrive by bank transfer: a succeeded Payment of that amount
+    with the bank's reference, a ledger charge (cash in the bank account), and the order paid.
+
+    Only the invoice's full amount is recorded (a short or a larger transfer is refused with
+    what was expected); an order paid already, or not awaiting payment, is refused. Open card
+    attempts are cancelled, so they can no longer pay a second time.
+    """
+    from marketplace.errors import invalid
+
+    reference = (reference or "").strip()
+    if not reference:
+        raise invalid("reference", "Enter the bank transfer's reference.")
+    if amount is None or amount <= 0:
+        raise invalid("amount", "Enter the amount received.")
+    with transaction.atomic():
+        order = Order.objects.select_for_update().filter(pk=order_id).first()
+        if order is None:
+            raise NotFound("Order not found.")
+        if Payment.objects.filter(
+            order=order, status__in=(Payment.Status.SUCCEEDED, Payment.Status.REVIEW)
+        ).exists():
+            raise Conflict("This order has already been paid.", code=ErrorCode.ALREADY_PAID)
+        if order.status != Order.Status.AWAITING_PAYMENT:
+            raise Conflict(
+                f"An order that is {order.get_status_display().lower()} cannot be paid.",
+                code=ErrorCode.ORDER_NOT_PAYABLE,
+            )
+        if amount != order.total:
+            raise invalid(
+                "amount",
+                f"The invoice is for {order.total} {order.currency}; {amount} was entered. "
+                "Record only a transfer of the full amount (ask the customer about the rest).",
+            )
+        payments_cancel_open(order=order, message="Paid by bank transfer.")
+        attempt = (
+            Payment.objects.filter(order=order)
+            .order_by("-attempt")
+            .values_list("attempt", flat=True)
+            .first()
+            or 0
+        ) + 1
+        payment = Payment.objects.create(
+            order=order,
+            organization_id=order.organization_id,
+            method=Payment.Method.BANK_TRANSFER,
+            status=Payment.Status.SUCCEEDED,
+            attempt=attempt,
+            amount=amount,
+            currency=order.currency,
+            reference=reference[:200],
+            recorded_by=recorded_by[:200],
+            succeeded_at=timezone.now(),
+        )
+        post_bank_charge(payment)
+        order_mark_paid(
+            order_id=order.id,
+            actor_label=recorded_by,
+            reason=f"Bank transfer {reference} of {amount} {order.currency} received.",
+        )
+    return payment

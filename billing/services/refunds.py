@@ -213,14 +213,21 @@ def _refund_or_flag(*, order: Order, plan: RefundPlan, key: str, reason: str) ->
     if plan.amount <= 0:
         return None
     payment = succeeded_payment(order)
-    if payment is None:
-        if OrderEvent.objects.filter(order=order, to_status=Order.Status.PAID).exists():
+    by_transfer = payment is not None and payment.method == Payment.Method.BANK_TRANSFER
+    if payment is None or by_transfer:
+        # Paid outside Stripe (bank transfer, or marked paid): Stripe cannot send it back.
+        paid = (
+            by_transfer
+            or OrderEvent.objects.filter(order=order, to_status=Order.Status.PAID).exists()
+        )
+        if paid:
             flag_raise(
                 kind=BillingFlag.Kind.MANUAL_REFUND,
                 dedupe_key=f"manual-refund:{key}",
                 message=(
-                    f"Order {order.id} was paid outside Stripe; refund {plan.amount} "
-                    f"{order.currency} by hand ({plan.why})."
+                    f"Order {order.id} was paid outside Stripe"
+                    + (f" (bank transfer {payment.reference})" if by_transfer else "")
+                    + f"; refund {plan.amount} {order.currency} by hand ({plan.why})."
                 ),
                 order_id=order.id,
             )

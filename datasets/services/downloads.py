@@ -84,3 +84,129 @@ def delivery_revoke(
             delivery.revoked_by = label
             delivery.save(update_fields=["revoked_at", "revoked_by"])
     return delivery
+
+
+# --- The whole delivery as one archive (small datasets) ------------------------------------------
+
+TAR_BLOCK = 512
+TAR_RECORD = 20 * TAR_BLOCK
+
+
+class ArchiveTooLarge(Conflict):
+    code = ErrorCode.ARCHIVE_TOO_LARGE
+
+
+@dataclass(frozen=True)
+class DeliveryArchive:
+    filename: str
+    size: int  # exact length of the tar stream (the response's Content-Length)
+    chunks: object  # an iterator of bytes
+
+
+def _ready_delivery_for(caller: Caller, delivery_id) -> Delivery:
+    delivery = customer_delivery(organization=caller.organization, delivery_id=delivery_id)
+    if delivery.is_revoked:
+        raise Conflict(
+            "This delivery was revoked: no new links are issued.", code=ErrorCode.DELIVERY_REVOKED
+        )
+    if delivery.status != Delivery.Status.READY:
+        raise Conflict("This delivery is not ready yet.", code=ErrorCode.DELIVERY_NOT_READY)
+    return delivery
+
+
+def delivery_archive_size(delivery: Delivery) -> int:
+    """What the tar of a delivery weighs: the files, plus headers and padding."""
+    body = sum(_tar_header_size(delivery, f) + _padded(f.size_bytes) for f in delivery.files.all())
+    return body + _tar_end(body)
+
+
+def _archive_root(delivery: Delivery) -> str:
+    return f"dataset-{str(delivery.id)[:8]}"
+
+
+def _tar_info(delivery: Delivery, file: DeliveryFile):
+    import tarfile
+
+    info = tarfile.TarInfo(name=f"{_archive_root(delivery)}/{file.path}")
+    info.size = file.size_bytes
+    info.mtime = int((delivery.ready_at or delivery.created_at).timestamp())
+    info.mode = 0o644
+    return info
+
+
+def _tar_header(delivery: Delivery, file: DeliveryFile) -> bytes:
+    import tarfile
+
+    return _tar_info(delivery, file).tobuf(format=tarfile.PAX_FORMAT)
+
+
+def _tar_header_size(delivery: Delivery, file: DeliveryFile) -> int:
+    return len(_tar_header(delivery, file))
+
+
+def _padded(size: int) -> int:
+    return -(-size // TAR_BLOCK) * TAR_BLOCK
+
+
+def _tar_end(written: int) -> int:
+    """Two zero blocks, then zeros up to a whole record (as tarfile writes it)."""
+    end = written + 2 * TAR_BLOCK
+    return 2 * TAR_BLOCK + (-end % TAR_RECORD)
+
+
+def delivery_archive(
+    *, caller: Caller, delivery_id, ip_address: str | None, user_agent: str
+) -> DeliveryArchive:
+    """The whole delivery as one uncompressed tar (parquet is compressed already), streamed
+    file by file from storage: memory stays one chunk whatever the size. Only deliveries up to
+    DELIVERY_ARCHIVE_MAX_BYTES (larger ones: the download command). Recorded like a link."""
+    delivery = _ready_delivery_for(caller, delivery_id)
+    size = delivery_archive_size(delivery)
+    limit = settings.DELIVERY_ARCHIVE_MAX_BYTES
+    if size > limit:
+        raise ArchiveTooLarge(
+            f"This dataset is {size // 1024**2} MiB; single archives are offered up to "
+            f"{limit // 1024**2} MiB. Use the marketplace-download command instead.",
+        )
+    filename = f"{_archive_root(delivery)}.tar"
+    DownloadEvent.objects.create(
+        delivery=delivery,
+        path=f"archive:{filename}",
+        actor_label=actor_label(caller),
+        user=caller.user,
+        api_key=caller.api_key,
+        ip_address=ip_address,
+        user_agent="".join(c for c in user_agent or "" if c.isprintable())[:300],
+        link_expires_at=timezone.now(),
+    )
+    files = list(delivery.files.all())
+    return DeliveryArchive(filename=filename, size=size, chunks=_tar_chunks(delivery, files))
+
+
+def _tar_chunks(delivery: Delivery, files: list[DeliveryFile]):
+    import hashlib
+    import logging
+
+    written = 0
+    for file in files:
+        header = _tar_header(delivery, file)
+        yield header
+        written += len(header)
+        digest = hashlib.sha256()
+        sent = 0
+        for block in storage.stream(f"{delivery.prefix}/{file.path}"):
+            digest.update(block)
+            sent += len(block)
+            yield block
+        if sent != file.size_bytes or (file.sha256 and digest.hexdigest() != file.sha256):
+            # Never hand out an archive that differs from the manifest: cut the stream, so
+            # the client sees a truncated download rather than wrong bytes.
+            logging.getLogger(__name__).error(
+                "archive of delivery %s: %s differs from the manifest", delivery.id, file.path
+            )
+            raise storage.StorageError(f"{file.path} differs from the manifest")
+        padding = _padded(sent) - sent
+        if padding:
+            yield b"\0" * padding
+        written += sent + padding
+    yield b"\0" * _tar_end(written)

@@ -2,30 +2,63 @@
 page's episodes (fleet portal), audited downloads and pilot review. Thin: the services behind
 the REST API do the work; datasets.selectors does the reads."""
 
+import io
+import zipfile
+from pathlib import Path
+
+from django.conf import settings
 from django.contrib import messages
-from django.http import Http404, HttpResponseRedirect
+from django.http import Http404, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.shortcuts import redirect
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+import marketplace_client
 from datasets import selectors
-from datasets.services import deliveries, downloads
+from datasets.models import Delivery
+from datasets.services import deliveries, downloads, exports
 from marketplace.client_address import client_address
 from marketplace.errors import NotFound, ServiceError
 from marketplace.models import Membership, Organization
-from portal.shell import CAN_ORDER, organization_page
+from portal.forms.deliveries import BucketExportForm
+from portal.shell import CAN_ORDER, confirm_page, confirmed, organization_page, render_page
 
 CUSTOMER = Organization.Kind.CUSTOMER
 JOB_PAGE_EPISODES = 200
+FILES_LISTED = 50
 
 
-def order_quality_section(request, order) -> dict:
-    """The order page's QA figures, rejection reasons, operators and deliveries
-    (portal/deliveries/_order_quality.html)."""
+def order_quality_section(request, order, export_forms: dict | None = None) -> dict:
+    """The order page's QA figures, rejection reasons, operators and deliveries, each ready
+    delivery with its ways out: the command, the LeRobot snippet, one archive, a copy into the
+    customer's bucket, the files (portal/deliveries/_order_quality.html, _download.html)."""
     caller = request.caller
+    delivered = list(selectors.order_deliveries(order=order).prefetch_related("exports"))
+    site_url = request.build_absolute_uri("/").rstrip("/")
+    downloads_ = []
+    for delivery in delivered:
+        files = list(delivery.files.all())
+        archive_size = downloads.delivery_archive_size(delivery) if files else 0
+        downloads_.append(
+            {
+                "delivery": delivery,
+                "site_url": site_url,
+                "folder": f"./dataset-{str(delivery.id)[:8]}",
+                "repo_id": f"marketplace/{delivery.id}",
+                "archive_size": archive_size,
+                "archive_ok": 0 < archive_size <= settings.DELIVERY_ARCHIVE_MAX_BYTES,
+                "exports": list(delivery.exports.all()),
+                "export_form": (export_forms or {}).get(delivery.id)
+                or BucketExportForm(prefix_id=str(delivery.id)[:8]),
+                "files": files[:FILES_LISTED],
+                "more_files": max(0, len(files) - FILES_LISTED),
+            }
+        )
     return {
         "order": order,
         "coverage": selectors.order_coverage(order=order),
-        "deliveries": list(selectors.order_deliveries(order=order)),
+        "deliveries": delivered,
+        "downloads": downloads_,
         "can_review": caller.has_role(*CAN_ORDER),
         "can_revoke": caller.has_role(Membership.Role.OWNER),
     }
@@ -88,6 +121,19 @@ def pilot_review_page(request, pk):
 @require_POST
 @organization_page(kind=CUSTOMER, roles=(Membership.Role.OWNER,))
 def delivery_revoke_page(request, pk):
+    if not confirmed(request):
+        delivery = _customer_delivery(request, pk)
+        return confirm_page(
+            request,
+            title="Revoke the download links?",
+            message=(
+                "No new download link of this delivery will be issued, to anyone in your "
+                "organization (links handed out already expire within minutes). This cannot "
+                "be undone."
+            ),
+            button="Revoke download links",
+            back_url=reverse("order-detail-page", args=[delivery.order_id]),
+        )
     try:
         downloads.delivery_revoke(delivery_id=pk, caller=request.caller)
     except NotFound as exc:
@@ -96,7 +142,7 @@ def delivery_revoke_page(request, pk):
     return _back_to_order(request, pk)
 
 
-def _back_to_order(request, delivery_id):
+def _customer_delivery(request, delivery_id) -> Delivery:
     delivery = (
         selectors.deliveries_of(organization=request.caller.organization)
         .filter(pk=delivery_id)
@@ -104,4 +150,85 @@ def _back_to_order(request, delivery_id):
     )
     if delivery is None:
         raise Http404("Delivery not found.")
-    return redirect("order-detail-page", pk=delivery.order_id)
+    return delivery
+
+
+def _back_to_order(request, delivery_id):
+    return redirect("order-detail-page", pk=_customer_delivery(request, delivery_id).order_id)
+
+
+@require_GET
+@organization_page(kind=CUSTOMER)
+def delivery_archive_page(request, pk):
+    """The whole delivery as one tar file, streamed from storage (never held in memory)."""
+    try:
+        archive = downloads.delivery_archive(
+            caller=request.caller,
+            delivery_id=pk,
+            ip_address=client_address(request),
+            user_agent=request.headers.get("User-Agent", ""),
+        )
+    except NotFound as exc:
+        raise Http404(exc.message) from exc
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+        return _back_to_order(request, pk)
+    response = StreamingHttpResponse(archive.chunks, content_type="application/x-tar")
+    response["Content-Length"] = str(archive.size)
+    response["Content-Disposition"] = f'attachment; filename="{archive.filename}"'
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_POST
+@organization_page(kind=CUSTOMER, roles=CAN_ORDER)
+def delivery_export_page(request, pk):
+    """Start copying a delivery into the customer's own bucket."""
+    delivery = _customer_delivery(request, pk)
+    form = BucketExportForm(request.POST, prefix_id=str(delivery.id)[:8])
+    if form.is_valid():
+        try:
+            export = exports.bucket_export_start(
+                caller=request.caller, delivery_id=delivery.pk, **form.cleaned_data
+            )
+        except NotFound as exc:
+            raise Http404(exc.message) from exc
+        except ServiceError as exc:
+            form.add_service_error(exc)
+        else:
+            messages.success(
+                request,
+                f"Copying into {export.target}: this page shows when every file is verified.",
+            )
+            return redirect("order-detail-page", pk=delivery.order_id)
+    from portal.views.orders import _order_context, _order_for
+
+    order = _order_for(request, delivery.order_id)
+    context = _order_context(request, order)
+    context["quality_section"] = order_quality_section(
+        request, order, export_forms={delivery.id: form}
+    )
+    messages.error(request, "The copy did not start: see the form below.")
+    return render_page(request, "portal/orders/order_detail.html", context)
+
+
+CLIENT_MAIN = b"""import sys
+from marketplace_client.download import main
+sys.exit(main())
+"""
+
+
+@require_GET
+def download_client(request):
+    """The download command as one file (a Python zip application of marketplace_client, the
+    same code this platform ships; standard library only): `python3 marketplace-download.pyz`."""
+    package = Path(marketplace_client.__file__).parent
+    buffer = io.BytesIO()
+    buffer.write(b"#!/usr/bin/env python3\n")  # as zipapp writes it: the shebang, then the zip
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("__main__.py", CLIENT_MAIN)
+        for module in sorted(package.glob("*.py")):
+            archive.write(module, f"marketplace_client/{module.name}")
+    response = HttpResponse(buffer.getvalue(), content_type="application/zip")
+    response["Content-Disposition"] = 'attachment; filename="marketplace-download.pyz"'
+    return response

@@ -227,11 +227,38 @@ def robot_edit(request, pk):
 # --- Offers ------------------------------------------------------------------------------------
 
 
+def task_card(job: Job, fleet, now, committed: dict | None = None) -> dict:
+    """What an operator needs to decide on a job and to do it: the pay (hours x the agreed
+    rate), the success criterion, objects, notes, the streams to record, and what the job does
+    to the fleet's capacity until its deadline."""
+    rate = selectors.job_pay_rate(job=job, fleet=fleet)
+    order = job.order
+    return {
+        "rate": rate,
+        "currency": fleet.currency,
+        "pay": (job.target_hours * rate).quantize(Decimal("0.01")),
+        "success_criterion": order.success_criterion,
+        "objects": list(job.site.objects_available) if job.site_id else [],
+        "objects_per_environment": order.objects_per_environment,
+        "notes": order.notes,
+        "fps_note": "the order's first accepted episode fixes the frame rate",
+        "action_dim": job.embodiment.action_dim,
+        "capacity": selectors.fleet_capacity_impact(
+            fleet=fleet, job=job, now=now, committed=committed
+        ),
+    }
+
+
 @fleet_page()
 def offer_list(request):
-    offers = selectors.offers_for(organization=_org(request)).select_related("fleet", "site")
+    offers = selectors.offers_for(organization=_org(request)).select_related(
+        "fleet", "site", "job__order__task_type", "job__embodiment", "job__site"
+    )
     now = timezone.now()
     pending = list(offers.filter(status=Offer.Status.PENDING).order_by("expires_at", "pk"))
+    committed = selectors.committed_hours(fleet_ids={offer.fleet_id for offer in pending})
+    for offer in pending:
+        offer.card = task_card(offer.job, offer.fleet, now, committed)
     recent = list(offers.exclude(status=Offer.Status.PENDING)[:RECENT_OFFERS])
     return render_page(
         request,
@@ -335,6 +362,33 @@ def job_detail(request, pk):
             "job": job,
             "progress": job_progress(job),
             "events": list(events),
+            "card": task_card(job, job.fleet, timezone.now()) if job.fleet_id else None,
             "episodes_section": job_episodes_section(job),  # datasets: episodes and QA
+        },
+    )
+
+
+@fleet_page()
+def job_collect(request, pk):
+    """How to collect this job: the fleet agent's command with the job filled in, and the
+    same steps by hand (register, upload, complete), each with this job's id."""
+    organization = _org(request)
+    job = _get_or_404(
+        selectors.jobs_held_by(organization=organization).select_related(
+            "fleet", "site", "order", "embodiment"
+        ),
+        pk,
+    )
+    robots = list(
+        selectors.robots_for(organization=organization).filter(site_id=job.site_id, active=True)
+    )
+    return render_page(
+        request,
+        "portal/fleet/job_collect.html",
+        {
+            "job": job,
+            "robot": robots[0] if robots else None,
+            "site_url": request.build_absolute_uri("/").rstrip("/"),
+            "card": task_card(job, job.fleet, timezone.now()) if job.fleet_id else None,
         },
     )

@@ -8,10 +8,12 @@ card, datasets' QA results and deliveries) by calling their selectors directly.
 from decimal import Decimal
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -28,10 +30,10 @@ from orders.models import (
     SensorAddon,
     TaskType,
 )
-from orders.selectors import order_list, quote_visible_to, rate_card_current
+from orders.selectors import order_list, quote_visible_to, rate_card_current, rate_card_terms
 from portal.forms.orders import DatasetRequestForm, OrderCancelForm, OrderDetailsForm
 from portal.shell import CAN_ORDER, organization_page, render_page
-from portal.views.billing import order_payment_section
+from portal.views.billing import order_invoice_section, order_payment_section
 from portal.views.deliveries import order_quality_section
 
 CUSTOMER = Organization.Kind.CUSTOMER
@@ -208,10 +210,55 @@ def _order_for(request, pk) -> Order:
     return order
 
 
+# The order page's parts that change while an order runs: each a partial of its own,
+# rendered into the page and re-rendered by the live endpoint (`order_live`), so another part
+# (a media section, say) is one more (name, template) here and one include in the page.
+LIVE_SECTIONS = [
+    ("eta", "portal/orders/_eta.html"),
+    ("progress", "portal/orders/_collection.html"),
+    ("coverage", "portal/orders/_coverage.html"),
+    ("quality", "portal/deliveries/_order_quality.html"),
+    ("timeline", "portal/orders/_timeline.html"),
+]
+# Statuses after which nothing on the page changes by itself any more.
+SETTLED = (Order.Status.CLOSED, Order.Status.CANCELLED, Order.Status.REFUNDED)
+
+
 @organization_page(kind=CUSTOMER)
 def order_detail(request, pk):
     order = _order_for(request, pk)
     return render_page(request, "portal/orders/order_detail.html", _order_context(request, order))
+
+
+@organization_page(kind=CUSTOMER)
+def order_live(request, pk):
+    """The live parts of the order page as HTML fragments, for the page's polling script."""
+    order = _order_for(request, pk)
+    context = _order_context(request, order)
+    context["caller"] = request.caller
+    context["section"] = context["quality_section"]  # as the page includes it
+    sections = {
+        name: render_to_string(template, context, request=request)
+        for name, template in LIVE_SECTIONS
+    }
+    response = JsonResponse(
+        {
+            "status": order.status,
+            "status_label": order.get_status_display(),
+            "live": _keeps_changing(order, context),
+            "sections": sections,
+        }
+    )
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def _keeps_changing(order: Order, context: dict) -> bool:
+    if order.status in SETTLED:
+        return False
+    if order.status == Order.Status.DELIVERED:
+        return any(d.status == "assembling" for d in context["quality_section"]["deliveries"])
+    return True
 
 
 def _order_context(request, order: Order, cancel_form: OrderCancelForm | None = None) -> dict:
@@ -227,20 +274,43 @@ def _order_context(request, order: Order, cancel_form: OrderCancelForm | None = 
         }
         for status in ORDER_PATH
     ]
-    return {
+    collection = dataset_selectors.order_collection_status(order=order)
+    context = {
         "order": order,
         "events": events,
         "steps": steps,
         "progress": _progress(order),
-        "coverage": _coverage_chart(order),
+        "collection": collection,
+        "coverage": _coverage_chart(order, collection),
         # billing's card (None: payment is not online, the page's own staff-marked message)
         "payment_section": order_payment_section(request, order),
+        "invoice_section": order_invoice_section(request, order),
         "quality_section": order_quality_section(request, order),  # datasets: QA, deliveries
         "can_cancel": can_order and order.status in CUSTOMER_CANCELLABLE,
         "cancel_form": cancel_form or OrderCancelForm(),
         "awaiting_payment": order.status == Order.Status.AWAITING_PAYMENT,
         "is_closed_out": order.status in (Order.Status.CANCELLED, Order.Status.REFUNDED),
+        "poll_seconds": settings.ORDER_PAGE_POLL_SECONDS,
     }
+    context["live"] = _keeps_changing(order, context)
+    return context
+
+
+@organization_page(kind=CUSTOMER)
+def order_episodes(request, pk):
+    """The order's checked episodes, optionally those rejected for one QA reason."""
+    order = _order_for(request, pk)
+    reason = request.GET.get("reason", "")
+    status = request.GET.get("status", "")
+    episodes = dataset_selectors.order_episodes_for_customer(
+        order=order, reason=reason, status=status
+    )
+    page = Paginator(episodes, 50).get_page(request.GET.get("page"))
+    return render_page(
+        request,
+        "portal/orders/order_episodes.html",
+        {"order": order, "page": page, "reason": reason, "status": status},
+    )
 
 
 @require_POST
@@ -281,26 +351,46 @@ CHART_BOTTOM = 36
 CHART_TOP = 16
 
 
-def _coverage_chart(order: Order) -> dict:
-    """Geometry of the per-environment coverage chart, rendered as inline SVG.
+def _coverage_chart(order: Order, collection=None) -> dict:
+    """Geometry of the per-environment coverage chart, rendered as inline SVG, with each
+    environment's site (name and kind) once a fleet has taken its job.
 
     Accepted hours per environment come from datasets (episodes that passed QA); with none yet
     every bar is empty and the chart shows its empty state, drawn on the same axes (the target
     per environment).
     """
     per_environment: list[Decimal] = dataset_selectors.order_environment_hours(order)
+    sites = dataset_selectors.order_environment_sites(order)
     count = min(order.environments, CHART_MAX_BARS)
     target = order.hours / order.environments if order.environments else order.hours
     plot_width = CHART_WIDTH - CHART_LEFT - 8
     plot_height = CHART_HEIGHT - CHART_BOTTOM - CHART_TOP
     slot = plot_width / max(count, 1)
     bars = []
-    for index in range(count):
+    rows = []
+    for index in range(order.environments):
         value = per_environment[index] if index < len(per_environment) else Decimal("0")
+        site_name, site_kind = sites.get(index, ("", ""))
+        rows.append(
+            {
+                "label": f"E{index + 1}",
+                "site_name": site_name,
+                "site_kind": site_kind,
+                "value": value,
+                "target": target,
+                "percent": int(min(Decimal(100), value / target * 100)) if target else 0,
+            }
+        )
+        if index >= count:
+            continue
         height = float(min(value / target, Decimal(1))) * plot_height if target else 0.0
+        short = (site_name[:11] + "…") if len(site_name) > 12 else site_name
         bars.append(
             {
                 "label": f"E{index + 1}",
+                "site_name": site_name,
+                "site_kind": site_kind,
+                "short": short or f"E{index + 1}",
                 "value": value,
                 "x": CHART_LEFT + index * slot + slot * 0.15,
                 "width": slot * 0.7,
@@ -321,6 +411,54 @@ def _coverage_chart(order: Order) -> dict:
         "center_y": CHART_TOP + plot_height // 2,
         "target": target.quantize(Decimal("0.01")),
         "bars": bars,
+        "rows": rows,
         "hidden_environments": max(order.environments - CHART_MAX_BARS, 0),
         "empty": not any(per_environment),
     }
+
+
+def price_list(request):
+    """The public price list, generated from the rate card in force: hourly rates per robot and
+    complexity level, sensor add-ons, environments, rush and volume discounts."""
+    rate_card = rate_card_current()
+    table, levels = [], []
+    if rate_card is not None:
+        terms = rate_card_terms(rate_card)
+        levels = [
+            level
+            for level in ComplexityLevel.objects.all()
+            if level.level in terms.complexity_multipliers
+        ]
+        names = {e.slug: e.name for e in Embodiment.objects.filter(active=True)}
+        for slug, base in sorted(
+            terms.embodiment_rates.items(), key=lambda item: names.get(item[0], item[0])
+        ):
+            if slug not in names:
+                continue
+            table.append(
+                {
+                    "embodiment": names[slug],
+                    "base": base,
+                    "rates": [base * terms.complexity_multipliers[level.level] for level in levels],
+                }
+            )
+        sensors = {s.slug: s.name for s in SensorAddon.objects.filter(active=True)}
+        sensor_rates = [
+            (sensors[slug], rate)
+            for slug, rate in sorted(terms.sensor_rates.items())
+            if slug in sensors
+        ]
+        multipliers = [terms.complexity_multipliers[level.level] for level in levels]
+    else:
+        terms, sensor_rates, multipliers = None, [], []
+    return render_page(
+        request,
+        "portal/orders/price_list.html",
+        {
+            "rate_card": rate_card,
+            "terms": terms,
+            "levels": list(zip(levels, multipliers, strict=True)),
+            "table": table,
+            "sensor_rates": sensor_rates,
+        },
+    )

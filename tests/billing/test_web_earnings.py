@@ -57,28 +57,28 @@ def test_the_page_shows_each_jobs_earnings_payouts_and_totals(earnings, fleet_op
     # when
     html = browser_for(fleet_operator).get(URL).content.decode()
     # then: totals over both fleets: 50 + 60 earned and paid 50, then 25 more
-    assert re.search(r'id="total-earned-USD">135.00 USD<', html)
-    assert re.search(r'id="total-paid-USD">50.00 USD<', html)
-    assert re.search(r'id="total-pending-USD">85.00 USD<', html)
+    assert re.search(r'id="total-earned-USD">\$135.00<', html)
+    assert re.search(r'id="total-paid-USD">\$50.00<', html)
+    assert re.search(r'id="total-pending-USD">\$85.00<', html)
     assert "3.000 h" in html and "(3 jobs)" in html
     # each job: accepted hours, rate, amount and whether it is paid
     payables = {p.fleet.name + f" {p.amount}": p for p in earnings["paid_fleet"].payables.all()}
     payables |= {p.fleet.name + f" {p.amount}": p for p in earnings["unpaid_fleet"].payables.all()}
     assert row(html, f"payable-{payables['Bay 4 50.00'].pk}").endswith(
-        "Bay 4 1.000 h 50 USD 50.00 USD Paid "
+        "Bay 4 1.000 h $50.00/h $50.00 Paid "
         + payables["Bay 4 50.00"].created_at.strftime("%Y-%m-%d")
     )
-    assert "Line 2 1.500 h 40 USD 60.00 USD Pending" in row(
+    assert "Line 2 1.500 h $40.00/h $60.00 Pending" in row(
         html, f"payable-{payables['Line 2 60.00'].pk}"
     )
-    assert "Bay 4 0.500 h 50 USD 25.00 USD Pending" in row(
+    assert "Bay 4 0.500 h $50.00/h $25.00 Pending" in row(
         html, f"payable-{payables['Bay 4 25.00'].pk}"
     )
     # the payout: amount, status and its Stripe transfer
     payout = Payout.objects.get(fleet=earnings["paid_fleet"])
     assert payout.stripe_transfer_id
     payout_row = row(html, f"payout-{payout.pk}")
-    assert f"Bay 4 1 50.00 USD Paid {payout.stripe_transfer_id}" in payout_row
+    assert f"Bay 4 1 $50.00 Paid {payout.stripe_transfer_id}" in payout_row
     # nothing of another operator's
     assert "Stranger fleet" not in html and "198.00" not in html
 
@@ -117,7 +117,7 @@ def test_nothing_paid_yet_reads_as_zero_in_the_currencys_minor_unit(fleet_operat
     fleet = FleetFactory(organization=fleet_operator.organization, name="Bay 9")
     deliver((fleet, "1000"))  # 1000 s at 50/h = 13.888.. -> 13.89
     html = browser_for(fleet_operator).get(URL).content.decode()
-    assert re.search(r'id="total-earned-USD">13.89 USD<', html)
-    assert re.search(r'id="total-paid-USD">0.00 USD<', html)
-    assert re.search(r'id="total-pending-USD">13.89 USD<', html)
+    assert re.search(r'id="total-earned-USD">\$13.89<', html)
+    assert re.search(r'id="total-paid-USD">\$0.00<', html)
+    assert re.search(r'id="total-pending-USD">\$13.89<', html)
     assert "0.278 h" in html

@@ -21,6 +21,7 @@ from fleets.models import Job, Offer
 from marketplace import services as accounts
 from marketplace.models import Organization
 from orders.models import Order
+from orders.money import format_money
 from tests.billing.conftest import API_KEY, WEBHOOK_SECRET, localstripe_url  # noqa: F401
 from tests.billing.fake_checkout import FakeCheckout
 from tests.datasets.helpers import frames_in, put
@@ -148,7 +149,9 @@ def test_order_pay_collect_and_download_in_the_browser(live_server, new_page, st
     # Back on the order page: the signed webhook has paid it, and dispatch has offered the job
     expect(customer).to_have_url(order_url + "?payment=success")
     expect(customer.locator("#payment-confirmed")).to_contain_text("Payment confirmed.")
-    expect(customer.locator("#payment-paid")).to_contain_text(f"Paid: {order.total} USD by card")
+    expect(customer.locator("#payment-paid")).to_contain_text(
+        f"Paid: {format_money(order.total, order.currency)} by card"
+    )
     expect(customer.locator("#order-status")).to_have_text("In collection")
     expect(customer.locator("#timeline")).to_contain_text("Paid")
     shot(customer, "43-story-order-paid")
@@ -219,7 +222,9 @@ def test_order_pay_collect_and_download_in_the_browser(live_server, new_page, st
     operator_page.get_by_role("navigation", name="Main").get_by_role(
         "link", name="Earnings"
     ).click()
-    expect(operator_page.locator(f"#payable-{payable.pk}")).to_contain_text(f"{payable.amount} USD")
+    expect(operator_page.locator(f"#payable-{payable.pk}")).to_contain_text(
+        format_money(payable.amount, payable.currency)
+    )
     expect(operator_page.locator(f"#payable-{payable.pk}")).to_contain_text("Pending")
     expect(operator_page.locator("#payouts-empty")).to_be_visible()
     shot(operator_page, "47-story-fleet-earnings")

@@ -104,7 +104,12 @@ def test_review_needs_csrf(pilot, customer):
 def test_a_revoked_delivery_offers_no_links(pilot, customer):
     collection, delivery = pilot
     client = logged_in(customer)
-    client.post(f"/deliveries/{delivery.id}/revoke/")
+    # the first POST only asks for confirmation (nothing revoked), the confirmed one revokes
+    asked = client.post(f"/deliveries/{delivery.id}/revoke/")
+    assert asked.status_code == 200 and b'id="confirm-page"' in asked.content
+    delivery.refresh_from_db()
+    assert delivery.revoked_at is None
+    client.post(f"/deliveries/{delivery.id}/revoke/", {"confirmed": "yes"})
     response = client.get(f"/deliveries/{delivery.id}/download/", follow=True)
     assert "revoked" in response.content.decode()
     assert DownloadEvent.objects.count() == 0

@@ -13,6 +13,7 @@ from django.utils import timezone
 from marketplace.models import ApiKey, Membership, Organization, User
 from orders import services
 from orders.models import Order, OrderEvent, Quote
+from orders.money import format_money
 from orders.services import DatasetRequest
 from tests.factories import UserFactory
 
@@ -133,7 +134,7 @@ def test_wizard_prices_a_quote_then_places_the_order_from_it(customer, customer_
     assert response.url == reverse("order-new-quote", kwargs={"quote_id": quote.pk})
     # when: step 2 shows the price, then the order is placed
     page = customer_client.get(response.url).content.decode()
-    assert f"{quote.total} USD" in page
+    assert format_money(quote.total, "USD") in page  # the one money format
     for line in quote.lines:
         assert line["description"] in page
     response = customer_client.post(response.url, {"output_format": "lerobot_v3", "notes": "hi"})
@@ -353,14 +354,23 @@ def test_api_key_form_errors_are_next_to_fields(customer_client):
 
 def test_api_key_revoke(customer, customer_client):
     key = customer.api_key
-    response = customer_client.post(reverse("api-key-revoke-page", kwargs={"pk": key.pk}))
+    # the first POST asks for confirmation (the key still works), the confirmed one revokes
+    asked = customer_client.post(reverse("api-key-revoke-page", kwargs={"pk": key.pk}))
+    assert asked.status_code == 200 and b'id="confirm-page"' in asked.content
+    key.refresh_from_db()
+    assert key.revoked_at is None
+    response = customer_client.post(
+        reverse("api-key-revoke-page", kwargs={"pk": key.pk}), {"confirmed": "yes"}
+    )
     assert response.status_code == 302
     key.refresh_from_db()
     assert key.revoked_at is not None
     html = customer_client.get(reverse("api-keys")).content.decode()
     assert "is revoked" in html
     # revoking twice is explained, not a crash
-    again = customer_client.post(reverse("api-key-revoke-page", kwargs={"pk": key.pk}), follow=True)
+    again = customer_client.post(
+        reverse("api-key-revoke-page", kwargs={"pk": key.pk}), {"confirmed": "yes"}, follow=True
+    )
     assert "already revoked" in again.content.decode()
 
 

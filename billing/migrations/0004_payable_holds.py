@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("billing", "0002_fleet_payouts"),
+        ("billing", "0003_invoices_and_bank_transfers"),
     ]
 
     operations = [

@@ -36,7 +36,7 @@ def reject_duplicate_acceptances(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("datasets", "0003_delivery_notified"),
+        ("datasets", "0004_bucket_exports"),
         ("fleets", "0003_agreed_rates"),
         ("orders", "0003_accepted_seconds"),
     ]

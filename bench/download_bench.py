@@ -1,0 +1,183 @@
+"""Whole-dataset download: `marketplace-download` vs a plain parallel fetch of the same files.
+
+    python bench/download_bench.py [--rounds 3] [--workers 8]
+
+Starts the local S3 server and gunicorn (2 workers, bench.settings) on loopback against
+PostgreSQL (BENCH_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/mk_portals_bench,
+created and migrated if needed), stores two synthetic deliveries straight in storage:
+
+- `large`: 16 data files of 16 MiB (256 MiB), like a LeRobot delivery of data files;
+- `many`:  1,000 files of 32-64 KiB (~48 MiB), like a delivery of many small files.
+
+For each, alternately in the same run, `rounds` times:
+
+- `cli`: `DeliveryDownloader` (what `marketplace-download` runs), `--workers` files at once:
+  for each file an audited link request to gunicorn (302), then the signed storage GET over a
+  kept-alive connection, SHA-256 verified, moved into place, state recorded;
+- `plain`: the same number of threads fetching presigned URLs of the same objects (signed
+  beforehand, outside the timing) with urllib, one connection per file, writing to disk;
+- `plain-keepalive`: the same with kept-alive connections (http.client), no hashing.
+
+It prints MB/s (median of the rounds) and the CLI's ratio to the faster plain fetch. The
+acceptance bar is cli / plain >= 0.8.
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.loadgen import ensure_database, gunicorn  # noqa: E402
+from local_s3 import launcher  # noqa: E402
+
+SCENARIOS = {
+    "large": {"count": 16, "size": 16 * 1024 * 1024, "jitter": 0},
+    "many": {"count": 1000, "size": 32 * 1024, "jitter": 32 * 1024},
+}
+
+
+def make_files(count: int, size: int, jitter: int, seed: int) -> dict:
+    import random
+
+    rng = random.Random(seed)
+    block = rng.randbytes(1024 * 1024)
+    files = {}
+    for index in range(count):
+        length = size + (rng.randrange(0, jitter) if jitter else 0)
+        data = (block * (length // len(block) + 1))[:length]
+        # make each file distinct (first bytes), so checksums differ
+        files[f"data/chunk-000/file-{index:04d}.bin"] = index.to_bytes(8, "big") + data[8:]
+    return files
+
+
+def plain_fetch(urls: list[str], dest: Path, workers: int) -> int:
+    def one(item):
+        index, url = item
+        target = dest / f"{index:05d}"
+        with urllib.request.urlopen(url, timeout=60) as response, open(target, "wb") as out:
+            while block := response.read(1024 * 1024):
+                out.write(block)
+        return target.stat().st_size
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return sum(pool.map(one, enumerate(urls)))
+
+
+def keepalive_fetch(client, urls: list[str], dest: Path, workers: int) -> int:
+    def one(item):
+        index, url = item
+        target = dest / f"{index:05d}"
+
+        def receive(response):
+            with open(target, "wb") as out:
+                while block := response.read(1024 * 1024):
+                    out.write(block)
+            return target.stat().st_size
+
+        return client._pooled("GET", url, {"User-Agent": "bench"}, receive)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return sum(pool.map(one, enumerate(urls)))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--scenarios", default="large,many")
+    args = parser.parse_args()
+
+    database_url = os.environ.get(
+        "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/mk_portals_bench"
+    )
+    ensure_database(database_url)
+    with tempfile.TemporaryDirectory() as tmp, launcher.running(Path(tmp) / "s3") as s3:
+        env = {
+            **os.environ,
+            **s3.settings(),
+            "DATABASE_URL": database_url,
+            "DJANGO_SETTINGS_MODULE": "bench.settings",
+            "PYTHONPATH": str(ROOT),
+        }
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True
+        )
+        os.environ.update({k: v for k, v in env.items() if k != "PYTHONPATH"})
+        import django
+
+        django.setup()
+        from datasets import storage
+        from marketplace import services
+        from marketplace.models import Organization
+        from marketplace_client.download import DeliveryDownloader
+        from marketplace_client.http import ApiClient
+        from tests.datasets.synthetic_delivery import make_ready_delivery
+
+        organization = Organization.objects.create(name="Bench Lab", kind="customer")
+        raw_key = services.api_key_create(
+            organization=organization, name="bench", role="owner"
+        ).raw_key
+        with gunicorn(env) as port:
+            base_url = f"http://127.0.0.1:{port}"
+            print(f"gunicorn 2 workers, local S3 server, {args.workers} workers each side")
+            for name in args.scenarios.split(","):
+                shape = SCENARIOS[name]
+                files = make_files(shape["count"], shape["size"], shape["jitter"], seed=1)
+                total = sum(len(data) for data in files.values())
+                delivery = make_ready_delivery(organization, files)
+                keys = [f"{delivery.prefix}/{path}" for path in files]
+                figures = {"cli": [], "plain": [], "plain-keepalive": []}
+                for round_index in range(-1, args.rounds):  # round -1: warm-up, not counted
+                    with tempfile.TemporaryDirectory() as out:
+                        urls = [storage.presigned_get(key=k, expires_in=900) for k in keys]
+                        started = time.perf_counter()
+                        fetched = plain_fetch(urls, Path(out), args.workers)
+                        figures["plain"].append(fetched / (time.perf_counter() - started))
+                    with tempfile.TemporaryDirectory() as out:
+                        urls = [storage.presigned_get(key=k, expires_in=900) for k in keys]
+                        client = ApiClient(base_url, raw_key)
+                        started = time.perf_counter()
+                        fetched = keepalive_fetch(client, urls, Path(out), args.workers)
+                        figures["plain-keepalive"].append(fetched / (time.perf_counter() - started))
+                    with tempfile.TemporaryDirectory() as out:
+                        client = ApiClient(base_url, raw_key)
+                        started = time.perf_counter()
+                        summary = DeliveryDownloader(
+                            client, str(delivery.id), Path(out), workers=args.workers, quiet=True
+                        ).run()
+                        seconds = time.perf_counter() - started
+                        assert not summary.failures, summary.failures
+                        figures["cli"].append(summary.bytes_fetched / seconds)
+                    if round_index < 0:
+                        figures = {k: [] for k in figures}
+                        continue
+                    print(
+                        f"  {name} round {round_index + 1}: "
+                        + ", ".join(f"{k} {v[-1] / 1e6:.1f} MB/s" for k, v in figures.items()),
+                        flush=True,
+                    )
+                medians = {k: statistics.median(v) for k, v in figures.items()}
+                best_plain = max(medians["plain"], medians["plain-keepalive"])
+                print(
+                    f"{name}: {len(files)} files, {total / 1e6:.1f} MB; "
+                    f"cli {medians['cli'] / 1e6:.1f} MB/s, "
+                    f"plain {medians['plain'] / 1e6:.1f} MB/s, "
+                    f"plain-keepalive {medians['plain-keepalive'] / 1e6:.1f} MB/s; "
+                    f"cli / best plain = {medians['cli'] / best_plain:.2f}"
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,402 @@
+"""`marketplace-download <delivery id>`: a whole delivered dataset onto this machine.
+
+Every file goes through the platform's audited link endpoint
+(`GET /api/v1/deliveries/<id>/download?path=...`, which records the download and answers 302
+to a storage URL signed for minutes); the bytes then come straight from storage. The command
+
+- fetches `manifest.json` first and then every file it lists, several at a time;
+- resumes: a finished, verified file is not fetched again (`.marketplace-download.json` in the
+  target folder remembers size, SHA-256 and modification time of each), and a file cut off
+  (`<name>.part`) continues from where it stopped with an HTTP Range request;
+- verifies each file's size and SHA-256 against the manifest before moving it into place
+  (a mismatch is fetched once more from scratch, then reported);
+- asks for a fresh link when a signed one has expired;
+- prints where the dataset is and how to load it (`LeRobotDataset(repo_id, root=...)`).
+
+Exit status: 0 every file verified, 1 the platform or storage refused or a file stayed wrong,
+2 a bad command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from marketplace_client.http import ApiClient, ApiError, RetryPolicy, TransientError
+
+log = logging.getLogger("marketplace_client.download")
+
+USER_AGENT = "marketplace-download/0.1"
+STATE_FILE = ".marketplace-download.json"
+MANIFEST = "manifest.json"
+
+
+class DownloadFailed(Exception):
+    pass
+
+
+@dataclass
+class FileEntry:
+    path: str
+    size: int
+    sha256: str
+
+
+@dataclass
+class Summary:
+    delivery: str
+    root: Path
+    files: int = 0
+    fetched: int = 0
+    skipped: int = 0
+    resumed: int = 0
+    bytes_fetched: int = 0
+    seconds: float = 0.0
+    failures: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {
+            "delivery": self.delivery,
+            "root": str(self.root),
+            "files": self.files,
+            "fetched": self.fetched,
+            "skipped": self.skipped,
+            "resumed": self.resumed,
+            "bytes_fetched": self.bytes_fetched,
+            "seconds": round(self.seconds, 3),
+            "failures": self.failures,
+        }
+
+
+def safe_target(root: Path, relative: str) -> Path:
+    """Where a manifest path goes under root; refuses absolute paths and '..' escapes."""
+    candidate = (root / relative).resolve()
+    if Path(relative).is_absolute() or not candidate.is_relative_to(root.resolve()):
+        raise DownloadFailed(f"Refusing a path outside the target folder: {relative!r}")
+    return candidate
+
+
+class StateFile:
+    """What was verified already: {path: {"size", "sha256", "mtime_ns"}}, kept as an
+    append-only journal (one JSON line per verified file, flushed at once), so a kill at any
+    moment loses at most the files in flight and the cost stays one line per file."""
+
+    def __init__(self, root: Path):
+        self.path = root / STATE_FILE
+        self.lock = threading.Lock()
+        self.entries: dict[str, dict] = {}
+        try:
+            lines = self.path.read_text().splitlines()
+        except OSError:
+            lines = []
+        for line in lines:
+            try:
+                record = json.loads(line)
+                self.entries[record["path"]] = record
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut off by a kill
+        self.journal = None
+
+    def verified(self, entry: FileEntry, target: Path) -> bool:
+        known = self.entries.get(entry.path)
+        try:
+            stat = target.stat()
+        except OSError:
+            return False
+        return (
+            isinstance(known, dict)
+            and known.get("sha256") == entry.sha256
+            and known.get("size") == entry.size == stat.st_size
+            and known.get("mtime_ns") == stat.st_mtime_ns
+        )
+
+    def record(self, entry: FileEntry, target: Path) -> None:
+        record = {
+            "path": entry.path,
+            "size": entry.size,
+            "sha256": entry.sha256,
+            "mtime_ns": target.stat().st_mtime_ns,
+        }
+        with self.lock:
+            self.entries[entry.path] = record
+            if self.journal is None:
+                self.journal = open(self.path, "a")  # noqa: SIM115 (closed by close())
+            self.journal.write(json.dumps(record) + "\n")
+            self.journal.flush()
+
+    def close(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
+
+
+class Progress:
+    """A line on stderr at most every `interval` seconds: files and bytes done."""
+
+    def __init__(self, total_files: int, total_bytes: int, quiet: bool, interval: float = 1.0):
+        self.total_files, self.total_bytes = total_files, total_bytes
+        self.files = 0
+        self.bytes = 0
+        self.quiet = quiet
+        self.interval = interval
+        self.lock = threading.Lock()
+        self.last = 0.0
+
+    def add_bytes(self, count: int) -> None:
+        with self.lock:
+            self.bytes += count
+        self._maybe_print()
+
+    def add_file(self, size_if_skipped: int = 0) -> None:
+        with self.lock:
+            self.files += 1
+            self.bytes += size_if_skipped
+        self._maybe_print()
+
+    def _maybe_print(self, force: bool = False) -> None:
+        if self.quiet:
+            return
+        now = time.monotonic()
+        if not force and now - self.last < self.interval:
+            return
+        self.last = now
+        print(
+            f"  {self.files}/{self.total_files} files, "
+            f"{self.bytes / 1e6:.1f}/{self.total_bytes / 1e6:.1f} MB",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def done(self) -> None:
+        self._maybe_print(force=True)
+
+
+class DeliveryDownloader:
+    def __init__(
+        self,
+        client: ApiClient,
+        delivery_id: str,
+        root: Path,
+        *,
+        workers: int = 8,
+        quiet: bool = False,
+    ):
+        self.client = client
+        self.delivery_id = delivery_id
+        self.root = Path(root)
+        self.workers = max(1, workers)
+        self.quiet = quiet
+
+    def _link(self, path: str) -> str:
+        return self.client.redirect_target(f"deliveries/{self.delivery_id}/download", path=path)
+
+    def _fetch(self, entry: FileEntry, progress: Progress | None) -> tuple[str, bool]:
+        """Fetch one file into <target>.part (resuming) and return (sha256, resumed)."""
+        target = safe_target(self.root, entry.path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        part = target.with_name(target.name + ".part")
+        resumed = part.exists() and part.stat().st_size > 0
+        if part.exists() and part.stat().st_size > entry.size >= 0:
+            part.unlink()  # longer than the file can be: start again
+            resumed = False
+        for link_try in range(3):
+            url = self._link(entry.path)
+            try:
+                digest = self.client.stream_to(
+                    url, part, progress=progress.add_bytes if progress else None
+                )
+            except ApiError as exc:
+                # A signed link that expired (403) between issue and use: ask for a new one.
+                if exc.status == 403 and link_try < 2:
+                    continue
+                raise
+            return digest, resumed
+        raise DownloadFailed(f"{entry.path}: storage kept refusing fresh links")
+
+    def _place(self, entry: FileEntry, state: StateFile | None, progress: Progress | None) -> str:
+        """Fetch, verify and move one file into place; returns 'fetched' or 'resumed'."""
+        target = safe_target(self.root, entry.path)
+        part = target.with_name(target.name + ".part")
+        outcome = "fetched"
+        for verify_try in range(2):
+            digest, resumed = self._fetch(entry, progress)
+            if resumed and verify_try == 0:
+                outcome = "resumed"
+            size = part.stat().st_size
+            if size == entry.size and (not entry.sha256 or digest == entry.sha256):
+                os.replace(part, target)
+                if state is not None:
+                    state.record(entry, target)
+                return outcome
+            log.warning(
+                "%s: got %d bytes with SHA-256 %s, the manifest says %d bytes and %s",
+                entry.path,
+                size,
+                digest,
+                entry.size,
+                entry.sha256,
+            )
+            part.unlink(missing_ok=True)
+        raise DownloadFailed(f"{entry.path}: size or SHA-256 differs from the manifest")
+
+    def _manifest(self) -> tuple[dict, FileEntry]:
+        listing = self.client.get(f"deliveries/{self.delivery_id}/files")
+        sizes = {item["path"]: int(item["size_bytes"]) for item in listing}
+        if MANIFEST not in sizes:
+            raise DownloadFailed("The delivery lists no manifest.json.")
+        entry = FileEntry(MANIFEST, sizes[MANIFEST], "")
+        target = safe_target(self.root, MANIFEST)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        part = target.with_name(target.name + ".part")
+        part.unlink(missing_ok=True)  # the manifest is small: always fetched afresh
+        self._fetch(entry, None)
+        if part.stat().st_size != entry.size:
+            raise DownloadFailed("manifest.json's size differs from the delivery's listing.")
+        manifest = json.loads(part.read_text())
+        os.replace(part, target)
+        return manifest, entry
+
+    def run(self) -> Summary:
+        started = time.monotonic()
+        self.root.mkdir(parents=True, exist_ok=True)
+        summary = Summary(delivery=self.delivery_id, root=self.root.resolve())
+        manifest, _ = self._manifest()
+        entries = [
+            FileEntry(str(item["path"]), int(item["size"]), str(item["sha256"]))
+            for item in manifest.get("files", [])
+        ]
+        summary.files = len(entries) + 1
+        state = StateFile(self.root)
+        todo = []
+        for entry in entries:
+            if state.verified(entry, safe_target(self.root, entry.path)):
+                summary.skipped += 1
+            else:
+                todo.append(entry)
+        progress = Progress(len(entries), sum(e.size for e in entries), self.quiet)
+        for _ in range(summary.skipped):
+            progress.add_file()
+        progress.bytes = sum(e.size for e in entries) - sum(e.size for e in todo)
+        # Biggest first: the long transfers start at once and small files fill the gaps.
+        todo.sort(key=lambda e: -e.size)
+
+        def work(entry: FileEntry) -> str:
+            try:
+                return self._place(entry, state, progress)
+            finally:
+                progress.add_file()
+
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            futures = {pool.submit(work, entry): entry for entry in todo}
+            for future in as_completed(futures):
+                entry = futures[future]
+                try:
+                    outcome = future.result()
+                except (ApiError, TransientError, DownloadFailed, OSError) as exc:
+                    summary.failures.append(f"{entry.path}: {exc}")
+                    continue
+                summary.fetched += 1
+                summary.bytes_fetched += entry.size
+                if outcome == "resumed":
+                    summary.resumed += 1
+        state.close()
+        progress.done()
+        summary.seconds = time.monotonic() - started
+        return summary
+
+
+def repo_id_for(delivery_id: str) -> str:
+    return f"marketplace/{delivery_id}"
+
+
+def loading_snippet(delivery_id: str, root: Path) -> str:
+    return (
+        "from lerobot.datasets.lerobot_dataset import LeRobotDataset\n"
+        f'dataset = LeRobotDataset("{repo_id_for(delivery_id)}", root="{root}")'
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="marketplace-download",
+        description=(
+            "Download a delivered dataset: every file through the audited, signed links, "
+            "resumable, verified against manifest.json."
+        ),
+    )
+    parser.add_argument("delivery", help="the delivery's id (shown on the order page)")
+    parser.add_argument(
+        "--dest",
+        default=None,
+        help="target folder (default: ./marketplace-datasets/<delivery id>)",
+    )
+    parser.add_argument(
+        "--base-url",
+        default=os.environ.get("MARKETPLACE_URL", "http://127.0.0.1:8000"),
+        help="the platform's address (default: $MARKETPLACE_URL or http://127.0.0.1:8000)",
+    )
+    parser.add_argument(
+        "--api-key-env",
+        default="MARKETPLACE_API_KEY",
+        help="environment variable holding your API key (default: MARKETPLACE_API_KEY)",
+    )
+    parser.add_argument("--workers", type=int, default=8, help="files fetched at once (8)")
+    parser.add_argument("--retries", type=int, default=6, help="tries per request (6)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    api_key = os.environ.get(args.api_key_env, "")
+    if not api_key:
+        print(f"Set your API key in ${args.api_key_env}.", file=sys.stderr)
+        return 2
+    if args.workers < 1 or args.workers > 64:
+        print("--workers must be between 1 and 64.", file=sys.stderr)
+        return 2
+    root = Path(args.dest or Path("marketplace-datasets") / args.delivery)
+    try:
+        client = ApiClient(
+            args.base_url,
+            api_key,
+            retry=RetryPolicy(attempts=max(1, args.retries)),
+            user_agent=USER_AGENT,
+        )
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    if not args.quiet:
+        print(f"Downloading delivery {args.delivery} into {root.resolve()}", file=sys.stderr)
+    try:
+        summary = DeliveryDownloader(
+            client, args.delivery, root, workers=args.workers, quiet=args.quiet
+        ).run()
+    except (ApiError, TransientError, DownloadFailed, OSError) as exc:
+        print(f"Download failed: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary.as_dict()))
+    if summary.failures:
+        print(
+            f"{len(summary.failures)} file(s) failed; run the same command again to resume.",
+            file=sys.stderr,
+        )
+        return 1
+    print(
+        f"All {summary.files} files verified against manifest.json in {summary.root}\n"
+        f"Load it with:\n{loading_snippet(args.delivery, summary.root)}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""What the pages say instead of codes and raw numbers: QA reasons in words, durations in
+hours and minutes. Presentation only; the codes themselves are datasets' (qa_checks.Reason).
+"""
+
+import re
+from decimal import ROUND_HALF_UP, Decimal
+
+# One sentence per QA reason code, as an operator or a customer reads it.
+QA_REASONS = {
+    "object_missing": "No file arrived for the episode (the upload never finished).",
+    "size_mismatch": "The uploaded file's size differs from the size the fleet declared.",
+    "checksum_mismatch": "The uploaded file's SHA-256 differs from the one declared: it was "
+    "changed or damaged on the way.",
+    "not_parquet": "The file is not a readable parquet file.",
+    "missing_column": "A required column (joint state, action, timestamp or frame index) is "
+    "missing.",
+    "bad_dtype": "A column has the wrong data type (vectors must be floats).",
+    "vector_length": "State or action vectors have the wrong length for this robot.",
+    "frame_count": "Too few frames were recorded.",
+    "frame_index": "Frame numbers skip or repeat.",
+    "timestamps_not_monotonic": "Timestamps go backwards or repeat.",
+    "timestamp_gap": "Frames are missing: the recording has a gap longer than 1.5 frame periods.",
+    "fps_mismatch": "The recorded frame rate differs from the declared one by more than 5 %.",
+    "non_finite": "Sensor values dropped out (NaN or infinite numbers in the recording).",
+    "duration_out_of_bounds": "The episode is shorter or longer than the allowed duration.",
+    "storage_error": "Storage could not be read while checking the episode.",
+}
+
+
+def qa_reason_text(code: str) -> str:
+    return QA_REASONS.get(code, f"Rejected by the check “{code}”.")
+
+
+def duration_text(seconds: Decimal) -> str:
+    """5496.002 -> '1 h 32 min'; 720 -> '12 min'; 45.2 -> '45 s'; 0 -> '0 min'."""
+    seconds = Decimal(seconds)
+    if seconds < 60:
+        whole = int(seconds.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+        return f"{whole} s" if whole else "0 min"
+    minutes = int((seconds / 60).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+    hours, minutes = divmod(minutes, 60)
+    if hours and minutes:
+        return f"{hours} h {minutes} min"
+    if hours:
+        return f"{hours} h"
+    return f"{minutes} min"
+
+
+SECONDS_IN_TEXT = re.compile(r"\b(\d+(?:\.\d+)?) s\b")
+
+
+def humanize_seconds(text: str) -> str:
+    """'Dataset delivered: 12 episodes, 5496.002 s.' -> '... 12 episodes, 1 h 32 min.'"""
+    return SECONDS_IN_TEXT.sub(lambda m: duration_text(Decimal(m.group(1))), text or "")
+
+
+AMOUNT_IN_TEXT = re.compile(r"(-?\d+(?:\.\d+)?) ([A-Z]{3})(/h)?\b")
+
+
+def readable_line(description: str, names: dict[str, str]) -> str:
+    """A priced line as people read it: 'Sensor add-on force-torque: 40 h x 10.0000 USD/h'
+    -> 'Sensor add-on Wrist force/torque sensor: 40 h x $10.00/h' (catalog names for slugs,
+    amounts in the one money format)."""
+    from orders.money import format_money, format_rate
+
+    def amount(match: re.Match) -> str:
+        value, currency, per_hour = Decimal(match.group(1)), match.group(2), match.group(3)
+        return format_rate(value, currency) if per_hour else format_money(value, currency)
+
+    text = AMOUNT_IN_TEXT.sub(amount, description or "")
+    for slug, name in names.items():
+        text = re.sub(rf"(?<![\w-]){re.escape(slug)}(?![\w-])", name, text)
+    return text

@@ -1,0 +1,172 @@
+"""`marketplace-download`: a 1,000-file delivery fetched through the audited link endpoint
+(live server, local S3 server that checks signatures and expiry), killed with SIGKILL mid-way,
+resumed, every file verified against manifest.json."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from datasets.models import DownloadEvent
+from marketplace_client.download import STATE_FILE, DeliveryDownloader
+from marketplace_client.http import ApiClient, ApiError
+from tests.datasets.synthetic_delivery import make_ready_delivery, synthetic_files
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run_cli(base_url, raw_key, delivery, dest, *extra):
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "marketplace_client.download",
+            str(delivery.id),
+            "--dest",
+            str(dest),
+            "--base-url",
+            base_url,
+            "--workers",
+            "4",
+            *extra,
+        ],
+        env={**os.environ, "MARKETPLACE_API_KEY": raw_key},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def verified(dest) -> set:
+    try:
+        lines = (dest / STATE_FILE).read_text().splitlines()
+    except OSError:
+        return set()
+    paths = set()
+    for line in lines:
+        try:
+            paths.add(json.loads(line)["path"])
+        except ValueError:
+            continue  # the line being written at the kill
+    return paths
+
+
+def verified_count(dest) -> int:
+    return len(verified(dest))
+
+
+def test_a_thousand_files_resume_after_sigkill_and_match_the_manifest(
+    live_server, s3, customer, tmp_path
+):
+    # given: a ready delivery of 1,000 data files (+ info, card, manifest)
+    files = synthetic_files(1000, size=1024)
+    delivery = make_ready_delivery(customer.organization, files)
+    dest = tmp_path / "dataset"
+
+    # when: the command runs and is SIGKILLed once some files are in place
+    first = run_cli(live_server.url, customer.raw_key, delivery, dest, "--quiet")
+    deadline = time.monotonic() + 60
+    while verified_count(dest) < 150 and time.monotonic() < deadline:
+        assert first.poll() is None, first.stderr.read()
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    done_before = verified_count(dest)
+    assert 150 <= done_before < 1002, "killed too late to test resuming"
+    # link requests the killed process had sent may still be answered (and recorded) by
+    # the server: count once the count stands still
+    links_before = -1
+    while links_before != DownloadEvent.objects.filter(delivery=delivery).count():
+        links_before = DownloadEvent.objects.filter(delivery=delivery).count()
+        time.sleep(0.5)
+    # a file cut off mid-way (its first half already on disk) and a damaged one
+    state = verified(dest)
+    missing = sorted(path for path in files if path not in state)
+    cut, damaged = missing[0], missing[1]
+    for path, content in ((cut, files[cut][: len(files[cut]) // 2]), (damaged, b"x" * 100)):
+        (dest / path).parent.mkdir(parents=True, exist_ok=True)
+        (dest / (path + ".part")).write_bytes(content)
+
+    # and: it runs again to the end
+    second = run_cli(live_server.url, customer.raw_key, delivery, dest)
+    out, err = second.communicate(timeout=240)
+
+    # then: every file is there and matches the manifest; nothing verified was fetched again
+    assert second.returncode == 0, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["failures"] == []
+    assert summary["skipped"] >= done_before - 2  # the files verified before the kill
+    assert summary["resumed"] >= 1  # the cut file continued by an HTTP Range request
+    manifest = json.loads((dest / "manifest.json").read_text())
+    assert len(manifest["files"]) == 1002
+    for entry in manifest["files"]:
+        data = (dest / entry["path"]).read_bytes()
+        assert len(data) == entry["size"] and hashlib.sha256(data).hexdigest() == entry["sha256"]
+        assert data == files[entry["path"]]
+    assert not list(dest.rglob("*.part"))
+    # every file went through the audited endpoint; the second run only for what was missing
+    links_after = DownloadEvent.objects.filter(delivery=delivery).count()
+    assert links_after - links_before <= 1002 - done_before + 1 + 2  # + manifest, + re-fetches
+    assert "All 1003 files verified against manifest.json" in err
+    assert "LeRobotDataset(" in err
+
+
+def test_the_installed_command_refuses_without_a_key_and_for_another_customer(
+    live_server, s3, customer, other_customer, tmp_path
+):
+    delivery = make_ready_delivery(customer.organization, synthetic_files(3))
+    # no key: a usage error
+    no_key = subprocess.run(
+        [sys.executable, "-m", "marketplace_client.download", str(delivery.id)],
+        env={k: v for k, v in os.environ.items() if k != "MARKETPLACE_API_KEY"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert no_key.returncode == 2 and "MARKETPLACE_API_KEY" in no_key.stderr
+    # another organization's key: the delivery does not exist for it
+    other = run_cli(live_server.url, other_customer.raw_key, delivery, tmp_path / "x", "--quiet")
+    _, err = other.communicate(timeout=60)
+    assert other.returncode == 1 and "404" in err
+    assert not DownloadEvent.objects.filter(delivery=delivery).exists()
+
+
+def test_a_revoked_delivery_stops_the_download(live_server, s3, customer, tmp_path):
+    delivery = make_ready_delivery(customer.organization, synthetic_files(5))
+    delivery.revoked_at = delivery.ready_at
+    delivery.save(update_fields=["revoked_at"])
+    client = ApiClient(live_server.url, customer.raw_key)
+    with pytest.raises(ApiError) as refused:
+        DeliveryDownloader(client, str(delivery.id), tmp_path, quiet=True).run()
+    assert refused.value.status == 409 and refused.value.code == "delivery_revoked"
+
+
+def test_an_expired_signed_link_is_replaced_by_a_fresh_one(
+    live_server, s3, customer, tmp_path, settings
+):
+    # given: links that expire in one second, and a first link that has expired already
+    settings.DELIVERY_LINK_EXPIRY_SECONDS = 1
+    files = synthetic_files(2)
+    delivery = make_ready_delivery(customer.organization, files)
+    client = ApiClient(live_server.url, customer.raw_key)
+    downloader = DeliveryDownloader(client, str(delivery.id), tmp_path, quiet=True)
+    real_link = downloader._link
+    stale = {}
+
+    def link(path):
+        if path not in stale:  # the first link for each file is used only after it expired
+            stale[path] = real_link(path)
+            time.sleep(2.1)
+            return stale[path]
+        return real_link(path)
+
+    downloader._link = link
+    summary = downloader.run()
+    assert summary.failures == [] and summary.fetched == len(files)
+    for path, data in files.items():
+        assert (tmp_path / path).read_bytes() == data
