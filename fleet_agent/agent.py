@@ -474,26 +474,13 @@ class FleetAgent:
                 if upload["method"] == "single":
                     self.client.put_bytes(upload["url"], episode.data, upload["headers"])
                     return None
-                return self._put_parts(upload, episode.data)
+                return self.client.put_parts(upload, episode.data)
             except ApiError as exc:
                 if attempt or exc.status not in (400, 403):
                     raise
                 log.info("storage refused the upload (%s): renewing its URLs", exc)
                 upload = self.client.renew_upload(episode_id)
         return None  # unreachable
-
-    def _put_parts(self, upload: dict, data: bytes) -> list[dict]:
-        size = int(upload["part_size"])
-        parts = []
-        for part in upload["parts"]:
-            number = int(part["part_number"])
-            chunk = data[(number - 1) * size : number * size]
-            response = self.client.put_bytes(part["url"], chunk, part["headers"])
-            etag = response.headers.get("etag")
-            if not etag:
-                raise ApiError(response.status, "no_etag", f"Part {number}: storage sent no ETag.")
-            parts.append({"part_number": number, "etag": etag})
-        return parts
 
     # --- running --------------------------------------------------------------------------
 

@@ -100,3 +100,18 @@ class ApiClient(BaseClient):
 
     def complete_episode(self, episode_id: str, parts: list[dict] | None = None) -> dict:
         return self.post(f"fleet/episodes/{episode_id}/complete", {"parts": parts} if parts else {})
+
+    def put_parts(self, upload: dict, data: bytes) -> list[dict]:
+        """PUT each part of a multipart upload to its presigned URL; the parts (number and
+        ETag) `complete_episode` needs."""
+        size = int(upload["part_size"])
+        parts = []
+        for part in upload["parts"]:
+            number = int(part["part_number"])
+            chunk = data[(number - 1) * size : number * size]
+            response = self.put_bytes(part["url"], chunk, part["headers"])
+            etag = response.headers.get("etag")
+            if not etag:
+                raise ApiError(response.status, "no_etag", f"Part {number}: storage sent no ETag.")
+            parts.append({"part_number": number, "etag": etag})
+        return parts

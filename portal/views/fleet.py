@@ -227,15 +227,21 @@ def robot_edit(request, pk):
 # --- Offers ------------------------------------------------------------------------------------
 
 
-def task_card(job: Job, fleet, now, committed: dict | None = None) -> dict:
+def task_card(
+    job: Job, fleet, now, committed: dict | None = None, offer: Offer | None = None
+) -> dict:
     """What an operator needs to decide on a job and to do it: the pay (hours x the agreed
     rate), the success criterion, objects, notes, the streams to record, and what the job does
-    to the fleet's capacity until its deadline."""
-    rate = selectors.job_pay_rate(job=job, fleet=fleet)
+    to the fleet's capacity until its deadline. `offer`: the pending offer the card is for
+    (its rate is the one accepting fixes; read from it, not queried per card)."""
+    if offer is not None:
+        rate, currency = offer.rate_per_hour, offer.currency
+    else:
+        rate, currency = selectors.job_pay_rate(job=job, fleet=fleet), fleet.currency
     order = job.order
     return {
         "rate": rate,
-        "currency": fleet.currency,
+        "currency": currency,
         "pay": (job.target_hours * rate).quantize(Decimal("0.01")),
         "success_criterion": order.success_criterion,
         "objects": list(job.site.objects_available) if job.site_id else [],
@@ -258,7 +264,7 @@ def offer_list(request):
     pending = list(offers.filter(status=Offer.Status.PENDING).order_by("expires_at", "pk"))
     committed = selectors.committed_hours(fleet_ids={offer.fleet_id for offer in pending})
     for offer in pending:
-        offer.card = task_card(offer.job, offer.fleet, now, committed)
+        offer.card = task_card(offer.job, offer.fleet, now, committed, offer=offer)
     recent = list(offers.exclude(status=Offer.Status.PENDING)[:RECENT_OFFERS])
     return render_page(
         request,

@@ -2,7 +2,7 @@
 
 from fleet_agent import FleetAgent, parse_config
 from fleet_agent.agent import _order_fps
-from fleet_agent.client import ApiError, Response
+from fleet_agent.client import ApiClient, ApiError, Response
 from fleet_agent.episodes import make_episode
 
 CONFIG = {
@@ -14,6 +14,8 @@ CONFIG = {
 
 
 class FakeClient:
+    put_parts = ApiClient.put_parts  # the real cutting of parts, over the fake put_bytes
+
     def __init__(self):
         self.puts = []
         self.renewed = 0

@@ -35,7 +35,7 @@ from orders.models import Order
 from orders.money import format_money, format_rate
 from portal.wording import duration_text, humanize_seconds, readable_line
 from tests.datasets.synthetic_delivery import make_ready_delivery, synthetic_files
-from tests.factories import FleetFactory, JobFactory, OrderFactory, SiteFactory
+from tests.factories import FleetFactory, JobFactory, OrderFactory, RobotFactory, SiteFactory
 from tests.web.conftest import logged_in
 from tests.web.fleet_helpers import offered_job, operator_fleet
 
@@ -103,15 +103,13 @@ def test_the_eta_comes_from_capacity_acceptance_and_deadlines(customer):
             order=order,
             fleet=fleet,
             site=site,
-            robot=__import__("tests.factories", fromlist=["RobotFactory"]).RobotFactory(
-                site=site, fleet=fleet
-            ),
+            robot=RobotFactory(site=site, fleet=fleet),
             operator="op",
             task_instruction="t",
             success=True,
             fps=30,
             size_bytes=1,
-            sha256="0" * 64,
+            sha256=f"{index:064x}",
             upload_key=f"k{index}",
             status=status,
             frames=30 if status == "accepted" else None,
