@@ -90,6 +90,41 @@ class Episode(models.Model):
         return Decimal("0")
 
 
+class EpisodeVideo(models.Model):
+    """One camera's video of an episode (issue 15): its own upload, like the episode's parquet
+    (fresh `upload_key` per URL handed out, copied to `stored_key` before QA reads it). What QA
+    measured (codec, size, frames) is kept for assembly and the delivery's features."""
+
+    episode = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="videos")
+    camera_key = models.CharField(max_length=120)  # observation.images.<name>
+    size_bytes = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    upload_key = models.CharField(max_length=400)
+    multipart_upload_id = models.CharField(max_length=400, blank=True)
+    stored_key = models.CharField(max_length=400, blank=True)
+    uploaded_at = models.DateTimeField(null=True, blank=True)
+    codec = models.CharField(max_length=20, blank=True)  # h264, hevc, av1
+    pix_fmt = models.CharField(max_length=20, blank=True)
+    width = models.PositiveIntegerField(null=True, blank=True)
+    height = models.PositiveIntegerField(null=True, blank=True)
+    frames = models.PositiveIntegerField(null=True, blank=True)
+    fps = models.PositiveSmallIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["camera_key"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["episode", "camera_key"], name="episode_video_one_per_camera"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(size_bytes__gt=0), name="episode_video_size_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.camera_key} of episode {self.episode_id}"
+
+
 class Delivery(models.Model):
     """A LeRobot v3.0 dataset assembled in storage under `prefix`, for a pilot or the order."""
 

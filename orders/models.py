@@ -75,6 +75,14 @@ class Embodiment(models.Model):
     description = models.TextField(blank=True)
     arms = models.PositiveSmallIntegerField(default=1)
     action_dim = models.PositiveSmallIntegerField(validators=[MinValueValidator(1)])
+    # The stream spec (issue 15): the state and action vectors are declared separately, each
+    # with its element names (the delivered features' `names`); `cameras` are the standard
+    # views in the base price: [{"name": "scene", "min_width": 640, "min_height": 480}].
+    state_names = models.JSONField(default=list, blank=True)
+    action_names = models.JSONField(default=list, blank=True)
+    cameras = models.JSONField(default=list, blank=True)
+    # Content QA (issue 16): per state element [low, high] in its unit (rad, m); empty: none.
+    state_limits = models.JSONField(default=list, blank=True)
     active = models.BooleanField(default=True)
 
     class Meta:
@@ -88,6 +96,12 @@ class SensorAddon(models.Model):
     slug = models.SlugField(max_length=60, unique=True)
     name = models.CharField(max_length=120)
     description = models.TextField(blank=True)
+    # The stream the add-on adds to every episode (issue 15), one of:
+    # {"kind": "camera", "name": "wrist", "min_width": 640, "min_height": 480}
+    #   (key observation.images.<name>, fps = the episode's)
+    # {"kind": "vector", "key": "observation.force_torque", "names": ["fx", ...]}
+    #   (frame-aligned float columns in the episode's parquet)
+    stream = models.JSONField(default=dict, blank=True)
     active = models.BooleanField(default=True)
 
     class Meta:
@@ -301,6 +315,9 @@ class Order(DatasetSpec):
     deadline = models.DateField(null=True, blank=True)
     pilot_hours = models.DecimalField(**HOURS, null=True, blank=True)
     notes = models.TextField(blank=True)
+    # Frozen when the order is placed (issue 15): what every episode must carry, see
+    # orders/streams.py. {} on orders placed before stream specs existed (state/action only).
+    stream_spec = models.JSONField(default=dict, blank=True)
     # Accepted (QA-passed) episode time, accrued by datasets to the millisecond;
     # accepted_hours is the same, rounded down to the hundredth that customers pay for.
     accepted_seconds = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal("0"))
