@@ -6,6 +6,7 @@ from decimal import Decimal
 from django.db import models
 
 from fleets.models import Fleet, Job, Robot, Site
+from marketplace.audit import AppendOnlyModel
 from orders.models import Order
 
 
@@ -272,3 +273,28 @@ class BucketExport(models.Model):
     @property
     def target(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}".rstrip("/") + "/"
+
+
+class EpisodeMediaEvent(AppendOnlyModel):
+    """Every signed link to an episode's camera clip handed out (the order page's preview):
+    who, which camera, when, from where. Append-only, like DownloadEvent."""
+
+    episode = models.ForeignKey(Episode, on_delete=models.PROTECT, related_name="media_events")
+    camera_key = models.CharField(max_length=120)
+    actor_label = models.CharField(max_length=200)
+    user = models.ForeignKey(
+        "marketplace.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    api_key = models.ForeignKey(
+        "marketplace.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    ip_address = models.GenericIPAddressField(null=True, blank=True)
+    user_agent = models.CharField(max_length=300, blank=True)
+    link_expires_at = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.actor_label} {self.camera_key} of {self.episode_id}"

@@ -373,6 +373,8 @@ EPISODE_UPLOAD_ABANDONED_SECONDS = int(os.environ.get("EPISODE_UPLOAD_ABANDONED_
 # Deliveries: data files roll over at this size; signed download links live this long.
 DELIVERY_DATA_FILE_BYTES = int(os.environ.get("DELIVERY_DATA_FILE_BYTES", str(100 * 1024**2)))
 DELIVERY_LINK_EXPIRY_SECONDS = int(os.environ.get("DELIVERY_LINK_EXPIRY_SECONDS", "300"))
+# The order page's camera clips: each play is a fresh, audited, short-lived link.
+EPISODE_MEDIA_LINK_SECONDS = int(os.environ.get("EPISODE_MEDIA_LINK_SECONDS", "120"))
 CELERY_BEAT_SCHEDULE["datasets-qa-sweep"] = {"task": "datasets.tasks.qa_sweep", "schedule": 300.0}
 # Deliveries still assembling this long after they were opened get their assembly queued again.
 DELIVERY_ASSEMBLY_STALE_SECONDS = int(os.environ.get("DELIVERY_ASSEMBLY_STALE_SECONDS", "1800"))

@@ -4,7 +4,7 @@ marketplace/urls.py. The API, the admin, probes and the Stripe webhook are wired
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal.views import accounts, billing, deliveries, fleet, orders, staff
+from portal.views import accounts, billing, deliveries, fleet, media, orders, staff
 
 urlpatterns = [
     # Accounts: home, sign up, log in and out, API keys (owners)
@@ -59,6 +59,21 @@ urlpatterns = [
     path("orders/<uuid:pk>/", orders.order_detail, name="order-detail-page"),
     path("orders/<uuid:pk>/live/", orders.order_live, name="order-live-page"),
     path("orders/<uuid:pk>/episodes/", orders.order_episodes, name="order-episodes-page"),
+    path(
+        "orders/<uuid:pk>/episodes/<uuid:episode_pk>/",
+        media.episode_detail,
+        name="episode-detail-page",
+    ),
+    path(
+        "orders/<uuid:pk>/episodes/<uuid:episode_pk>/poster/<str:camera_key>.jpg",
+        media.episode_poster,
+        name="episode-poster",
+    ),
+    path(
+        "orders/<uuid:pk>/episodes/<uuid:episode_pk>/clip/<str:camera_key>",
+        media.episode_clip,
+        name="episode-clip",
+    ),
     path("orders/<uuid:pk>/invoice/", billing.invoice_page, name="invoice-page"),
     path("orders/<uuid:pk>/invoice.pdf", billing.invoice_pdf_page, name="invoice-pdf-page"),
     path("orders/<uuid:pk>/cancel/", orders.order_cancel, name="order-cancel-page"),

@@ -414,6 +414,9 @@ NOT_WALKED |= {
     "staff-flag-resolve",
     "staff-bank-transfer",
 }
+# an accepted episode's page, poster and clip (tenancy, roles, anonymous, audit):
+# tests/web/test_episode_media.py
+NOT_WALKED |= {"episode-detail-page", "episode-poster", "episode-clip"}
 WEB_FORM = {
     "name": "Hijacked",
     "reason": "hijacked",

@@ -80,6 +80,10 @@ NOT_PAGES = {
     "delivery-archive-page",
     "delivery-export-page",
     "api-redoc",
+    # an accepted episode's page, poster and clip: tests/web/test_episode_media.py
+    "episode-detail-page",
+    "episode-poster",
+    "episode-clip",
     # a link from the email: tests/web/test_portals.py
     "password_reset_confirm",
     # staff console (is_staff only): tests/web/test_portals.py
