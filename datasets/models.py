@@ -6,7 +6,7 @@ from decimal import Decimal
 from django.db import models
 
 from fleets.models import Fleet, Job, Robot, Site
-from marketplace.audit import AppendOnlyModel
+from marketplace.audit import AppendOnlyModel, actor_label
 from orders.models import Order
 
 
@@ -210,11 +210,10 @@ class DeliveryFile(models.Model):
         return self.path
 
 
-class DownloadEvent(models.Model):
-    """Every signed link handed out: who, what, when, from where. Append-only."""
+class SignedLinkEvent(models.Model):
+    """A signed link handed out: who asked, from where, until when (the audit of downloads
+    and of camera clips)."""
 
-    delivery = models.ForeignKey(Delivery, on_delete=models.PROTECT, related_name="downloads")
-    path = models.CharField(max_length=300)
     actor_label = models.CharField(max_length=200)
     user = models.ForeignKey(
         "marketplace.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -228,7 +227,30 @@ class DownloadEvent(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        abstract = True
         ordering = ["-created_at", "-id"]
+
+    @staticmethod
+    def requester(caller, *, ip_address: str | None, user_agent: str) -> dict:
+        """Who asked and from where, as the audit fields (the user agent printable only: no
+        NUL reaches PostgreSQL; cut to the column)."""
+        return {
+            "actor_label": actor_label(caller),
+            "user": caller.user,
+            "api_key": caller.api_key,
+            "ip_address": ip_address,
+            "user_agent": "".join(c for c in user_agent or "" if c.isprintable())[:300],
+        }
+
+
+class DownloadEvent(SignedLinkEvent):
+    """Every signed link to a delivery's file handed out. Append-only."""
+
+    delivery = models.ForeignKey(Delivery, on_delete=models.PROTECT, related_name="downloads")
+    path = models.CharField(max_length=300)
+
+    class Meta(SignedLinkEvent.Meta):
+        pass
 
     def __str__(self) -> str:
         return f"{self.actor_label} {self.path} {self.created_at:%Y-%m-%d %H:%M}"
@@ -275,26 +297,15 @@ class BucketExport(models.Model):
         return f"s3://{self.bucket}/{self.prefix}".rstrip("/") + "/"
 
 
-class EpisodeMediaEvent(AppendOnlyModel):
-    """Every signed link to an episode's camera clip handed out (the order page's preview):
-    who, which camera, when, from where. Append-only, like DownloadEvent."""
+class EpisodeMediaEvent(AppendOnlyModel, SignedLinkEvent):
+    """Every signed link to an episode's camera clip handed out (the episode page's preview).
+    Append-only."""
 
     episode = models.ForeignKey(Episode, on_delete=models.PROTECT, related_name="media_events")
     camera_key = models.CharField(max_length=120)
-    actor_label = models.CharField(max_length=200)
-    user = models.ForeignKey(
-        "marketplace.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    api_key = models.ForeignKey(
-        "marketplace.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    ip_address = models.GenericIPAddressField(null=True, blank=True)
-    user_agent = models.CharField(max_length=300, blank=True)
-    link_expires_at = models.DateTimeField()
-    created_at = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
-        ordering = ["-created_at", "-id"]
+    class Meta(SignedLinkEvent.Meta):
+        pass
 
     def __str__(self) -> str:
         return f"{self.actor_label} {self.camera_key} of {self.episode_id}"

@@ -51,11 +51,7 @@ def delivery_download_link(
     event = DownloadEvent.objects.create(
         delivery=delivery,
         path=path,
-        actor_label=actor_label(caller),
-        user=caller.user,
-        api_key=caller.api_key,
-        ip_address=ip_address,
-        user_agent="".join(c for c in user_agent or "" if c.isprintable())[:300],  # no NUL
+        **DownloadEvent.requester(caller, ip_address=ip_address, user_agent=user_agent),
         link_expires_at=timezone.now() + timezone.timedelta(seconds=expires_in),
     )
     url = storage.presigned_get(
@@ -172,11 +168,7 @@ def delivery_archive(
     DownloadEvent.objects.create(
         delivery=delivery,
         path=f"archive:{filename}",
-        actor_label=actor_label(caller),
-        user=caller.user,
-        api_key=caller.api_key,
-        ip_address=ip_address,
-        user_agent="".join(c for c in user_agent or "" if c.isprintable())[:300],
+        **DownloadEvent.requester(caller, ip_address=ip_address, user_agent=user_agent),
         link_expires_at=timezone.now(),
     )
     files = list(delivery.files.all())

@@ -20,7 +20,6 @@ from PIL import Image
 
 from datasets import storage
 from datasets.models import Episode, EpisodeMediaEvent, EpisodeVideo
-from marketplace.audit import actor_label
 from marketplace.errors import NotFound
 from marketplace.models import Organization
 from marketplace.tenancy import Caller
@@ -81,11 +80,7 @@ def episode_clip_link(
     event = EpisodeMediaEvent.objects.create(
         episode=episode,
         camera_key=camera_key,
-        actor_label=actor_label(caller),
-        user=caller.user,
-        api_key=caller.api_key,
-        ip_address=ip_address,
-        user_agent="".join(c for c in user_agent or "" if c.isprintable())[:300],
+        **EpisodeMediaEvent.requester(caller, ip_address=ip_address, user_agent=user_agent),
         link_expires_at=expires_at,
     )
     url = storage.presigned_get(key=video.stored_key, expires_in=expires_in)
