@@ -373,6 +373,10 @@ EPISODE_UPLOAD_ABANDONED_SECONDS = int(os.environ.get("EPISODE_UPLOAD_ABANDONED_
 # Deliveries: data files roll over at this size; signed download links live this long.
 DELIVERY_DATA_FILE_BYTES = int(os.environ.get("DELIVERY_DATA_FILE_BYTES", str(100 * 1024**2)))
 DELIVERY_LINK_EXPIRY_SECONDS = int(os.environ.get("DELIVERY_LINK_EXPIRY_SECONDS", "300"))
+# The catalog and rate cards the quote and order paths read are kept per process
+# (orders/catalog.py): reloaded on any change seen through the shared cache, and at the latest
+# after this many seconds (the staleness bound for other processes without REDIS_URL).
+CATALOG_CACHE_SECONDS = int(os.environ.get("CATALOG_CACHE_SECONDS", "30"))
 # The order page's camera clips: each play is a fresh, audited, short-lived link.
 EPISODE_MEDIA_LINK_SECONDS = int(os.environ.get("EPISODE_MEDIA_LINK_SECONDS", "120"))
 CELERY_BEAT_SCHEDULE["datasets-qa-sweep"] = {"task": "datasets.tasks.qa_sweep", "schedule": 300.0}

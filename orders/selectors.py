@@ -4,17 +4,15 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from marketplace.models import Organization
+from orders import catalog
 from orders.models import Order, Quote, RateCard
 from orders.pricing import RateCardTerms
 
 
 def rate_card_current(*, at=None) -> RateCard | None:
-    at = at or timezone.now()
-    return (
-        RateCard.objects.filter(effective_from__lte=at)
-        .order_by("-effective_from", "-version")
-        .first()
-    )
+    """The rate card in force at `at` (now): the newest whose effective date has come, read
+    from the cached catalog (orders/catalog.py)."""
+    return catalog.rate_card_in_force(at)
 
 
 _terms_cache: dict[tuple[int, int], RateCardTerms] = {}

@@ -12,7 +12,7 @@ from marketplace.audit import actor_label as label_of
 from marketplace.errors import Conflict, NotFound, ServiceError, invalid
 from marketplace.tenancy import Caller
 from marketplace.transitions import require_transition
-from orders import signals
+from orders import catalog, signals
 from orders.error_codes import ErrorCode
 from orders.models import (
     CUSTOMER_CANCELLABLE,
@@ -24,7 +24,6 @@ from orders.models import (
     OutputFormat,
     Quote,
     RateCard,
-    SensorAddon,
     TaskType,
 )
 from orders.pricing import Price, PriceRequest, PricingError, price_dataset
@@ -71,12 +70,13 @@ class _ResolvedRequest:
 
 
 def _resolve(request: DatasetRequest) -> _ResolvedRequest:
-    task_type = TaskType.objects.filter(slug=request.task_type, active=True).first()
+    known = catalog.current()  # active entries only, cached (orders/catalog.py)
+    task_type = known.task_types.get(request.task_type)
     if task_type is None:
         raise invalid(
             "task_type", f"Unknown task type {request.task_type!r}.", ErrorCode.UNKNOWN_TASK_TYPE
         )
-    embodiment = Embodiment.objects.filter(slug=request.embodiment, active=True).first()
+    embodiment = known.embodiments.get(request.embodiment)
     if embodiment is None:
         raise invalid(
             "embodiment",
@@ -86,16 +86,13 @@ def _resolve(request: DatasetRequest) -> _ResolvedRequest:
     level = (
         request.complexity if request.complexity is not None else task_type.default_complexity_id
     )
-    complexity = ComplexityLevel.objects.filter(level=level).first()
+    complexity = known.levels.get(level)
     if complexity is None:
         raise invalid(
             "complexity", f"Unknown complexity level {level!r}.", ErrorCode.UNKNOWN_COMPLEXITY
         )
     sensors = sorted(set(request.sensors))
-    known = set(
-        SensorAddon.objects.filter(slug__in=sensors, active=True).values_list("slug", flat=True)
-    )
-    unknown = [slug for slug in sensors if slug not in known]
+    unknown = [slug for slug in sensors if slug not in known.sensors]
     if unknown:
         raise invalid(
             "sensors", f"Unknown sensors: {', '.join(unknown)}.", ErrorCode.UNKNOWN_SENSOR

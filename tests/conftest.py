@@ -11,6 +11,7 @@ from local_s3 import launcher as local_s3
 from marketplace import services
 from marketplace.celery import app as celery_app
 from marketplace.models import Membership, Organization
+from orders import catalog
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
 
 pytest_plugins = ["tests.celery_worker", "tests.datasets.helpers"]
@@ -59,10 +60,13 @@ def _seeded_catalog(request):
 
 @pytest.fixture(autouse=True)
 def _clear_cache():
-    """Throttle counters live in the cache; start every test from zero."""
+    """Throttle counters live in the cache, the catalog's copy in the process (rows a test
+    made, or re-seeded with new ids, are gone after it); start every test from zero."""
     cache.clear()
+    catalog.forget()
     yield
     cache.clear()
+    catalog.forget()
 
 
 class Tenant:
