@@ -13,6 +13,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+VIDEO_COLUMNS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
 ARROW_TYPES = {"float32": pa.float32(), "float64": pa.float64(), "int64": pa.int64()}
 
 
@@ -80,5 +81,28 @@ def check_invariants(dataset: dict) -> None:
     stat_keys = {"min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99"}
     for name, feature in info["features"].items():
         assert set(dataset["stats"][name]) == stat_keys, name
+        if feature["dtype"] == "video":
+            _check_video_feature(dataset, name, feature)
+            continue
         for key in stat_keys - {"count"}:
             assert len(dataset["stats"][name][key]) == feature["shape"][0], (name, key)
+
+
+def _check_video_feature(dataset: dict, name: str, feature: dict) -> None:
+    """lerobot's image stats are per channel, shape [3, 1, 1], in [0, 1]; each episode says
+    where its frames are."""
+    assert dataset["info"]["video_path"], "a video feature needs video_path"
+    assert feature["names"] == ["height", "width", "channels"] and feature["shape"][2] == 3
+    for key, values in dataset["stats"][name].items():
+        if key == "count":
+            assert len(values) == 1 and values[0] > 0
+            continue
+        array = np.asarray(values, dtype=np.float64)
+        assert array.shape == (3, 1, 1), (name, key, array.shape)
+        assert ((array >= 0) & (array <= 1)).all(), (name, key)
+    for episode in dataset["episodes"]:
+        for column in VIDEO_COLUMNS:
+            assert f"videos/{name}/{column}" in episode, (name, column)
+        start = episode[f"videos/{name}/from_timestamp"]
+        end = episode[f"videos/{name}/to_timestamp"]
+        assert abs(end - start - episode["length"] / dataset["info"]["fps"]) < 1e-6
