@@ -1,5 +1,10 @@
 """Load a LeRobot v3.0 directory the way lerobot 0.6.1 does offline, and check invariants.
 
+Camera frames are decoded as lerobot's PyAV path does (`decode_video_frames_torchvision`):
+row i of an episode asks its camera file for `from_timestamp + timestamp[i]`; the reader
+seeks to the first asked time (key frames only), decodes up to the last, takes the closest
+frame per query (float32 distances) and refuses any farther than 1e-4 s.
+
 lerobot itself needs Python >= 3.12, so this mirrors its loading path (shared/notes/
 lerobot-v3.md): version check, tasks from the pandas index, episodes metadata, data files
 with exactly the declared non-video features, cast to the declared dtypes.
@@ -8,6 +13,7 @@ with exactly the declared non-video features, cast to the declared dtypes.
 import json
 from pathlib import Path
 
+import av
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -106,3 +112,55 @@ def _check_video_feature(dataset: dict, name: str, feature: dict) -> None:
         start = episode[f"videos/{name}/from_timestamp"]
         end = episode[f"videos/{name}/to_timestamp"]
         assert abs(end - start - episode["length"] / dataset["info"]["fps"]) < 1e-6
+
+
+TOLERANCE_S = 1e-4
+
+
+class ToleranceViolation(AssertionError):
+    """lerobot: "One or several query timestamps unexpectedly violate the tolerance"."""
+
+
+def camera_frames(root: Path, dataset: dict, key: str) -> list[np.ndarray]:
+    """Every frame of camera `key`, per episode: uint8 [length, H, W, 3] (lerobot hands out
+    the same pixels as float32 [3, H, W] / 255)."""
+    root = Path(root)
+    info = dataset["info"]
+    timestamps = dataset["data"].column("timestamp").to_numpy()
+    episodes = []
+    for episode in dataset["episodes"]:
+        path = root / info["video_path"].format(
+            video_key=key,
+            chunk_index=episode[f"videos/{key}/chunk_index"],
+            file_index=episode[f"videos/{key}/file_index"],
+        )
+        rows = timestamps[episode["dataset_from_index"] : episode["dataset_to_index"]]
+        start = episode[f"videos/{key}/from_timestamp"]
+        episodes.append(decode_at(path, [start + float(ts) for ts in rows]))
+    return episodes
+
+
+def decode_at(path: Path, timestamps: list[float], tolerance_s: float = TOLERANCE_S):
+    """The frames of `path` closest to `timestamps` (seconds), as lerobot's PyAV reader."""
+    first, last = min(timestamps), max(timestamps)
+    loaded, loaded_ts = [], []
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        container.seek(int(first / stream.time_base), stream=stream, backward=True)
+        for frame in container.decode(stream):
+            loaded.append(frame.to_ndarray(format="rgb24"))
+            loaded_ts.append(float(frame.time))
+            if frame.time >= last:
+                break
+    if not loaded:
+        raise ToleranceViolation(f"No frame decoded from {path} around {first}..{last}.")
+    query = np.asarray(timestamps, dtype=np.float32)[:, None]
+    distances = np.abs(query - np.asarray(loaded_ts, dtype=np.float32)[None, :])
+    closest = distances.argmin(axis=1)
+    worst = distances[np.arange(len(query)), closest]
+    if not (worst < tolerance_s).all():
+        raise ToleranceViolation(
+            f"One or several query timestamps unexpectedly violate the tolerance"
+            f" ({worst.max()} > {tolerance_s}) in {path}."
+        )
+    return np.stack([loaded[i] for i in closest])
