@@ -107,33 +107,30 @@ def _downsample(image: np.ndarray) -> np.ndarray:
 
 
 class ImageStats:
-    """Per-channel min/max/mean/std/quantiles of sampled RGB frames, in [0, 1], [3, 1, 1]."""
+    """Per-channel min/max/mean/std/quantiles of sampled RGB frames, in [0, 1], [3, 1, 1]:
+    all from one 256-bin histogram per channel (8-bit pixels: sums and quantiles exact)."""
+
+    OFFSETS = np.array([0, 256, 512], dtype=np.int32)
 
     def __init__(self):
         self.count = 0
-        self.pixels = 0
-        self.sum = np.zeros(3)
-        self.sum_sq = np.zeros(3)
         self.histogram = np.zeros((3, 256), dtype=np.int64)
 
     def add(self, rgb: np.ndarray) -> None:
-        flat = _downsample(rgb).reshape(-1, 3)
-        values = flat.astype(np.float64)
-        self.sum += values.sum(axis=0)
-        self.sum_sq += np.square(values).sum(axis=0)
-        for channel in range(3):
-            self.histogram[channel] += np.bincount(flat[:, channel], minlength=256)
-        self.pixels += len(flat)
+        codes = _downsample(rgb).reshape(-1, 3).astype(np.int32) + self.OFFSETS
+        self.histogram += np.bincount(codes.ravel(), minlength=768).reshape(3, 256)
         self.count += 1
 
     def as_json(self) -> dict:
         if not self.count:
             raise VideoAssemblyError("No frame was sampled for the image stats.")
-        mean = self.sum / self.pixels
-        std = np.sqrt(np.maximum(self.sum_sq / self.pixels - np.square(mean), 0.0))
+        levels = np.arange(256, dtype=np.float64)
+        pixels = self.histogram.sum(axis=1)
+        mean = (self.histogram * levels).sum(axis=1) / pixels
+        mean_sq = (self.histogram * np.square(levels)).sum(axis=1) / pixels
+        std = np.sqrt(np.maximum(mean_sq - np.square(mean), 0.0))
         present = self.histogram > 0
-        levels = np.arange(256)
-        cdf = np.cumsum(self.histogram, axis=1) / self.pixels
+        cdf = np.cumsum(self.histogram, axis=1) / pixels[:, None]
         stats = {
             "min": [levels[row].min() for row in present],
             "max": [levels[row].max() for row in present],
@@ -258,18 +255,12 @@ class CameraWriter:
             self.file_index = 0
 
     def _remux(self, path, length: int) -> None:
-        samples = set(sample_indices(length).tolist())
-        decoded = copied = 0
+        copied = 0
         with av.open(str(path)) as container:
             stream = container.streams.video[0]
-            stream.thread_type = "AUTO"
             for packet in container.demux(stream):
                 if packet.pts is None or packet.size == 0:
                     continue
-                for frame in packet.decode():
-                    if decoded in samples:
-                        self.stats.add(frame.to_ndarray(format="rgb24"))
-                    decoded += 1
                 pts = self._frames + _frames(packet.pts, stream, fps=self.fps)
                 dts = self._frames + _frames(packet.dts, stream, fps=self.fps)
                 packet.stream = self._stream
@@ -279,14 +270,24 @@ class CameraWriter:
                 self._out.mux(packet)
                 self._last_dts = packet.dts
                 copied += 1
-            for frame in stream.codec_context.decode(None):
-                if decoded in samples:
-                    self.stats.add(frame.to_ndarray(format="rgb24"))
-                decoded += 1
+        decoded = self._sample(path, length)  # the frames themselves: decoded for the stats
         if copied != length or decoded != length:
             raise VideoAssemblyError(
                 f"{self.key}: the video has {decoded} frames, the episode {length}."
             )
+
+    def _sample(self, path, length: int) -> int:
+        """Add the sampled frames to the stats; returns the number of frames decoded."""
+        samples = set(sample_indices(length).tolist())
+        decoded = 0
+        with av.open(str(path)) as container:
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"
+            for frame in container.decode(stream):
+                if decoded in samples:
+                    self.stats.add(frame.to_ndarray(format="rgb24"))
+                decoded += 1
+        return decoded
 
     def _encode(self, path, length: int) -> None:
         samples = set(sample_indices(length).tolist())
