@@ -18,6 +18,7 @@ sample are exact to the histogram's bin).
 Pure: no models, no storage; sources are local files.
 """
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -317,6 +318,13 @@ class CameraWriter:
     def finish(self) -> None:
         self._close_file()
 
+    def abort(self) -> None:
+        """Drop the open file (after an error: the delivery fails, its directory goes)."""
+        if self._out is not None:
+            out, self._out, self._stream = self._out, None, None
+            with contextlib.suppress(av.FFmpegError):
+                out.close()
+
     def feature(self) -> dict:
         info = {
             "video.height": self.height,
@@ -384,6 +392,10 @@ class DatasetVideos:
         for key, camera in self.cameras.items():
             columns |= camera.add_episode(paths[key], length)
         return columns
+
+    def abort(self) -> None:
+        for camera in self.cameras.values():
+            camera.abort()
 
     def finish(self) -> tuple[dict, dict, list[dict]]:
         """Close the files; (features, stats, summaries), each by video key."""

@@ -114,13 +114,18 @@ def _write_dataset(root: Path, delivery: Delivery, episodes, fps: int, streams: 
             keys=streams.cameras,
             file_size_limit=settings.DELIVERY_VIDEO_FILE_BYTES,
         )
-    for episode in episodes:
-        record = writer.add_episode(
-            storage.RangeReader(episode.stored_key, size=episode.size_bytes),
-            task=episode.task_instruction,
-        )
+    try:
+        for episode in episodes:
+            record = writer.add_episode(
+                storage.RangeReader(episode.stored_key, size=episode.size_bytes),
+                task=episode.task_instruction,
+            )
+            if videos is not None:
+                record.extra.update(_episode_videos(videos, episode, record.length))
+    except Exception:
         if videos is not None:
-            record.extra.update(_episode_videos(videos, episode, record.length))
+            videos.abort()
+        raise
     if videos is None:
         writer.finish()
         return writer, []

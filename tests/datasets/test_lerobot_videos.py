@@ -155,6 +155,7 @@ def test_a_video_shorter_or_longer_than_the_episode_is_refused(tmp_path):
             )
             with pytest.raises(VideoAssemblyError, match="frames"):
                 camera.add_episode(source, length)
+            camera.abort()
 
 
 def test_image_stats_are_channel_first_in_unit_range_and_match_the_frames(tmp_path):
