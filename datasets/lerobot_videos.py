@@ -26,6 +26,7 @@ from pathlib import Path
 
 import av
 import numpy as np
+from av.video.reformatter import VideoReformatter
 
 os.environ.setdefault("SVT_LOG", "1")  # libsvtav1 prints its whole configuration otherwise
 
@@ -169,6 +170,10 @@ class CameraWriter:
         self.chunk_index = 0
         self.file_index = 0
         self.stats = ImageStats()
+        # one conversion context, reused: a frame's own to_ndarray()/reformat() builds a new
+        # one each call (4x slower on small frames)
+        self._rgb = VideoReformatter()
+        self._yuv = VideoReformatter()
         self.time_base = Fraction(1, self.fps * TICKS_PER_FRAME)
         self._out = None
         self._stream = None
@@ -286,7 +291,7 @@ class CameraWriter:
             stream.thread_type = "AUTO"
             for frame in container.decode(stream):
                 if decoded in samples:
-                    self.stats.add(frame.to_ndarray(format="rgb24"))
+                    self.stats.add(self._rgb.reformat(frame, format="rgb24").to_ndarray())
                 decoded += 1
         return decoded
 
@@ -302,8 +307,10 @@ class CameraWriter:
                     decoded += 1
                     break
                 if decoded in samples:
-                    self.stats.add(frame.to_ndarray(format="rgb24"))
-                out = frame.reformat(width=self.width, height=self.height, format=PIX_FMT)
+                    self.stats.add(self._rgb.reformat(frame, format="rgb24").to_ndarray())
+                out = self._yuv.reformat(
+                    frame, width=self.width, height=self.height, format=PIX_FMT
+                )
                 out.pts = self._frames + decoded
                 out.time_base = frame_rate
                 for packet in self._stream.encode(out):
