@@ -59,6 +59,7 @@ class Probe:
     width: int
     height: int
     extradata: bytes
+    rate: Fraction | None  # the stream's average frame rate
     first_dts_frames: int  # the first packet's decode time, in frames from the first frame
 
 
@@ -80,6 +81,7 @@ def probe(path) -> Probe:
                 width=context.width,
                 height=context.height,
                 extradata=bytes(context.extradata or b""),
+                rate=Fraction(stream.average_rate) if stream.average_rate else None,
                 first_dts_frames=first_dts,
             )
     except av.FFmpegError as exc:
@@ -188,11 +190,14 @@ class CameraWriter:
         source = probe(path)
         if self.width is None:
             self.width, self.height = source.width, source.height
-        remux = (source.codec, source.pix_fmt, source.width, source.height) == (
+        # another frame rate (QA refuses it) would not land on the file's frame grid: the
+        # frames are then re-timed by re-encoding, frame i at i/fps
+        remux = (source.codec, source.pix_fmt, source.width, source.height, source.rate) == (
             self.codec,
             PIX_FMT,
             self.width,
             self.height,
+            self.fps,
         )
         mode = "remux" if remux else "encode"
         if self._out is not None and (

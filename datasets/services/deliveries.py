@@ -1,6 +1,7 @@
 """Deliveries: open one when a phase is collected, assemble the LeRobot v3.0 dataset, tell the
 customer (email, webhook), and the customer's pilot review."""
 
+import hashlib
 import tempfile
 from dataclasses import dataclass, replace
 from decimal import Decimal
@@ -144,9 +145,15 @@ def _episode_videos(videos: DatasetVideos, episode: Episode, length: int) -> dic
             if video is None or not video.stored_key:
                 raise VideoAssemblyError(f"Episode {episode.id} has no {key} video.")
             paths[key] = Path(tmp) / f"{number}.mp4"
+            digest = hashlib.sha256()
             with paths[key].open("wb") as handle:
                 for block in storage.stream(video.stored_key):
                     handle.write(block)
+                    digest.update(block)
+            if digest.hexdigest() != video.sha256:
+                raise VideoAssemblyError(
+                    f"Episode {episode.id}'s {key} video is not the one QA checked (SHA-256)."
+                )
         return videos.add_episode(paths, length)
 
 

@@ -220,3 +220,16 @@ def test_a_file_that_is_no_video_is_refused(tmp_path):
     )
     with pytest.raises(VideoAssemblyError):
         camera.add_episode(junk, 10)
+
+
+def test_another_frame_rate_is_retimed_onto_the_files_grid(tmp_path):
+    # QA refuses it; should one get here, its frames still land at i/fps (re-encoded)
+    fast = encode(tmp_path / "fast.mp4", moving_frames(20), fps=60)
+    camera = CameraWriter(
+        root=tmp_path / "out", key="observation.images.scene", fps=FPS, codec="h264"
+    )
+    camera.add_episode(fast, 20)
+    camera.finish()
+    assert camera.encoded == 1
+    delivered = decode(tmp_path / "out" / camera.files[0])
+    assert [round(t * FPS, 6) for t, _ in delivered] == list(range(20))

@@ -7,13 +7,15 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from datasets.models import Delivery
+from datasets import storage
+from datasets.models import Delivery, EpisodeVideo
 from tests.datasets import lerobot_loader
 from tests.datasets.video_delivery import (
     ACTION_NAMES,
     CAMERAS,
     FORCE_NAMES,
     STATE_NAMES,
+    TACTILE_NAMES,
     accepted_episode,
     assemble,
     camera_collection,
@@ -61,6 +63,11 @@ def test_a_camera_order_is_delivered_with_videos_names_and_sensor_features(
         "shape": [6],
         "names": FORCE_NAMES,
     }
+    assert features["observation.tactile"]["names"] == TACTILE_NAMES
+    tactile = np.stack(dataset["data"].column("observation.tactile").to_numpy(zero_copy_only=False))
+    assert np.array_equal(
+        tactile, np.concatenate([columns["observation.tactile"] for columns, _ in uploads])
+    )
     for key in CAMERAS:
         assert features[key]["dtype"] == "video" and features[key]["shape"] == [48, 64, 3]
         assert features[key]["info"]["video.codec"] == "h264"
@@ -106,6 +113,18 @@ def test_an_episode_without_its_camera_video_fails_the_delivery_with_the_reason(
     assert "observation.images.wrist" in delivery.failure_reason
 
 
+def test_a_video_changed_in_storage_since_qa_fails_the_delivery(
+    fleet_operator, customer, django_capture_on_commit_callbacks
+):
+    collection = camera_collection(fleet_operator, customer, camera_spec(codec="h264"))
+    _collect(collection, [20])
+    video = EpisodeVideo.objects.get(camera_key=CAMERAS[1], episode__order=collection.order)
+    storage.put_bytes(key=video.stored_key, data=video_bytes(20, seed=99))
+    delivery = assemble(collection, django_capture_on_commit_callbacks)
+    assert delivery.status == Delivery.Status.FAILED
+    assert "SHA-256" in delivery.failure_reason and CAMERAS[1] in delivery.failure_reason
+
+
 def test_an_order_without_a_stream_spec_delivers_joints_only_as_before(
     fleet_operator, customer, django_capture_on_commit_callbacks, tmp_path
 ):
@@ -121,6 +140,8 @@ def test_an_order_without_a_stream_spec_delivers_joints_only_as_before(
     info = dataset["info"]
     assert info["video_path"] is None
     assert info["features"]["action"]["names"] == [f"joint_{i}" for i in range(8)]
-    assert "observation.force_torque" not in info["features"]  # extra columns: dropped
+    # extra columns: dropped, as before
+    assert "observation.force_torque" not in info["features"]
+    assert "observation.tactile" not in info["features"]
     assert "videos" not in json.loads((root / "manifest.json").read_text())
     assert "## Cameras" not in (root / "README.md").read_text()

@@ -22,6 +22,7 @@ FPS = 30
 STATE_NAMES = [f"fr3_joint{i}" for i in range(1, 8)] + ["finger_left", "finger_right"]
 ACTION_NAMES = [f"fr3_joint{i}" for i in range(1, 8)] + ["gripper_width"]
 FORCE_NAMES = ["fx", "fy", "fz", "tx", "ty", "tz"]
+TACTILE_NAMES = ["left_0", "left_1", "right_0", "right_1"]
 CAMERAS = ("observation.images.scene", "observation.images.wrist")
 
 
@@ -30,7 +31,12 @@ def camera_spec(*, codec: str = "av1", cameras=CAMERAS, force: bool = True) -> d
         "state": {"names": STATE_NAMES},
         "action": {"names": ACTION_NAMES},
         "cameras": [{"key": key, "min_width": 32, "min_height": 24} for key in cameras],
-        "vectors": [{"key": "observation.force_torque", "names": FORCE_NAMES}] if force else [],
+        "vectors": [
+            {"key": "observation.force_torque", "names": FORCE_NAMES},
+            {"key": "observation.tactile", "names": TACTILE_NAMES},
+        ]
+        if force
+        else [],
         "video_codec": codec,
     }
 
@@ -52,6 +58,7 @@ def episode_columns(frames: int, seed: int) -> dict:
     )
     columns["observation.state"] = state
     columns["observation.force_torque"] = rng.normal(0, 5, (frames, 6)).astype(np.float32)
+    columns["observation.tactile"] = rng.uniform(0, 1, (frames, 4)).astype(np.float32)
     return columns
 
 
