@@ -239,7 +239,11 @@ class CameraWriter:
         self._out = av.open(str(self._path), "w", format="mp4")
         if mode == "remux":
             with av.open(str(path)) as template:
-                self._stream = self._out.add_stream_from_template(template.streams.video[0])
+                # opaque: the codec parameters copied as they are (no codec looked up: PyAV
+                # would look for an encoder named like the decoder, e.g. libdav1d)
+                self._stream = self._out.add_stream_from_template(
+                    template.streams.video[0], opaque=True
+                )
             self._stream.time_base = self.time_base
         else:
             self._stream = self._out.add_stream(ENCODERS[self.codec], rate=self.fps)
@@ -273,7 +277,8 @@ class CameraWriter:
                 if packet.pts is None or packet.size == 0:
                     continue
                 pts = self._frames + _frames(packet.pts, stream, fps=self.fps)
-                dts = self._frames + _frames(packet.dts, stream, fps=self.fps)
+                decode_ts = packet.pts if packet.dts is None else packet.dts
+                dts = self._frames + _frames(decode_ts, stream, fps=self.fps)
                 packet.stream = self._stream
                 packet.time_base = self.time_base
                 packet.pts, packet.dts = pts * TICKS_PER_FRAME, dts * TICKS_PER_FRAME

@@ -233,3 +233,19 @@ def test_another_frame_rate_is_retimed_onto_the_files_grid(tmp_path):
     assert camera.encoded == 1
     delivered = decode(tmp_path / "out" / camera.files[0])
     assert [round(t * FPS, 6) for t, _ in delivered] == list(range(20))
+
+
+def test_av1_uploads_for_an_av1_order_are_remuxed_frame_exact(tmp_path):
+    lengths = [20, 30]
+    sources = _sources(tmp_path, lengths, codec="libsvtav1")
+    camera = CameraWriter(
+        root=tmp_path / "out", key="observation.images.scene", fps=FPS, codec="av1"
+    )
+    for path, n in zip(sources, lengths, strict=True):
+        camera.add_episode(path, n)
+    camera.finish()
+    assert (camera.remuxed, camera.encoded, len(camera.files)) == (2, 0, 1)
+    delivered = decode(tmp_path / "out" / camera.files[0])
+    expected = [image for path in sources for _, image in decode(path)]
+    assert [round(t * FPS, 6) for t, _ in delivered] == list(range(50))
+    assert all(np.array_equal(g, w) for (_, g), w in zip(delivered, expected, strict=True))
