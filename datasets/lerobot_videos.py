@@ -188,8 +188,8 @@ class CameraWriter:
     def add_episode(self, path, length: int) -> dict:
         """Append one episode's video of `length` frames; its meta/episodes columns."""
         source = probe(path)
-        if self.width is None:
-            self.width, self.height = source.width, source.height
+        if self.width is None:  # the camera's size: its first episode's (even, for 4:2:0)
+            self.width, self.height = source.width // 2 * 2, source.height // 2 * 2
         # another frame rate (QA refuses it) would not land on the file's frame grid: the
         # frames are then re-timed by re-encoding, frame i at i/fps
         remux = (source.codec, source.pix_fmt, source.width, source.height, source.rate) == (

@@ -249,3 +249,22 @@ def test_av1_uploads_for_an_av1_order_are_remuxed_frame_exact(tmp_path):
     expected = [image for path in sources for _, image in decode(path)]
     assert [round(t * FPS, 6) for t, _ in delivered] == list(range(50))
     assert all(np.array_equal(g, w) for (_, g), w in zip(delivered, expected, strict=True))
+
+
+def test_an_odd_sized_camera_is_delivered_at_the_even_size_below(tmp_path):
+    odd = encode(
+        tmp_path / "odd.mp4",
+        moving_frames(10, width=65, height=49),
+        fps=FPS,
+        codec="libx264",
+        options={"preset": "ultrafast"},
+        pix_fmt="yuv444p",
+    )
+    camera = CameraWriter(
+        root=tmp_path / "out", key="observation.images.scene", fps=FPS, codec="h264"
+    )
+    camera.add_episode(odd, 10)
+    camera.finish()
+    assert camera.encoded == 1 and camera.feature()["shape"] == [48, 64, 3]
+    frames = decode(tmp_path / "out" / camera.files[0])
+    assert len(frames) == 10 and frames[0][1].shape == (48, 64, 3)

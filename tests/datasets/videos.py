@@ -20,7 +20,9 @@ def moving_frames(count: int, *, width: int = 64, height: int = 48, seed: int = 
         yield frame
 
 
-def encode(path, frames, *, fps: int = 30, codec: str = "libx264", options=None) -> Path:
+def encode(
+    path, frames, *, fps: int = 30, codec: str = "libx264", options=None, pix_fmt="yuv420p"
+) -> Path:
     """Write `frames` (RGB arrays) as an MP4 at a constant `fps`; frame i at i/fps."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -29,7 +31,7 @@ def encode(path, frames, *, fps: int = 30, codec: str = "libx264", options=None)
     height, width = first.shape[:2]
     with av.open(str(path), "w", format="mp4") as container:
         stream = container.add_stream(codec, rate=fps)
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
         stream.options = {"preset": "ultrafast" if codec == "libx264" else "12", **(options or {})}
         for i, image in enumerate([first, *frames]):
             frame = av.VideoFrame.from_ndarray(image, format="rgb24")
