@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from datasets.lerobot_videos import CameraWriter, DatasetVideos, VideoAssemblyError
+from tests.datasets import lerobot_loader
 from tests.datasets.videos import decode, encode, moving_frames
 
 FPS = 30
@@ -67,6 +68,11 @@ def test_b_frames_keep_their_order_when_remuxed(tmp_path):
     expected = [image for path in sources for _, image in decode(path)]
     assert [round(t * FPS, 6) for t, _ in delivered] == list(range(45))
     assert all(np.array_equal(g, w) for (_, g), w in zip(delivered, expected, strict=True))
+    # and lerobot's seek-then-decode lookup finds the second episode's frames at its offset
+    second = lerobot_loader.decode_at(
+        tmp_path / "out" / camera.files[0], [(20 + i) / FPS for i in range(25)]
+    )
+    assert np.array_equal(second, np.stack(expected[20:]))
 
 
 def test_another_codec_is_reencoded_to_the_ordered_one_within_codec_loss(tmp_path):
