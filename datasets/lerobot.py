@@ -22,6 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from datasets.lerobot_videos import VIDEO_PATH
 from datasets.qa_checks import ACTION, FRAME_INDEX, STATE
 
 CODEBASE_VERSION = "v3.0"
@@ -100,6 +101,7 @@ class EpisodeRecord:
     file_index: int
     from_index: int
     to_index: int
+    extra: dict = field(default_factory=dict)  # more meta/episodes columns (the videos')
 
 
 @dataclass
@@ -111,7 +113,10 @@ class LeRobotWriter:
     robot_type: str
     state_names: list[str]
     action_names: list[str]
+    # More frame-aligned float vectors of the episodes (force/torque, tactile): key -> names.
+    vector_names: dict[str, list[str]] = field(default_factory=dict)
     data_file_size_limit: int = 100 * 1024 * 1024
+    video_file_size_limit: int = 200 * 1024 * 1024  # info.json's; the videos roll over at it
     reservoir_size: int = 100_000
     seed: int = 0
     episodes: list[EpisodeRecord] = field(default_factory=list)
@@ -120,6 +125,7 @@ class LeRobotWriter:
         self.root = Path(self.root)
         self.tasks: dict[str, int] = {}
         self.total_frames = 0
+        self.video_features: dict = {}
         self.chunk_index = 0
         self.file_index = 0
         self._writer: pq.ParquetWriter | None = None
@@ -128,12 +134,20 @@ class LeRobotWriter:
         self.stats = {
             STATE: _FeatureStats(len(self.state_names), self.reservoir_size, rng),
             ACTION: _FeatureStats(len(self.action_names), self.reservoir_size, rng),
+            **{
+                key: _FeatureStats(len(names), self.reservoir_size, rng)
+                for key, names in self.vector_names.items()
+            },
             **{name: _FeatureStats(1, self.reservoir_size, rng) for name in SCALAR_FEATURES},
         }
         self.schema = pa.schema(
             [
                 (STATE, pa.list_(pa.float32(), len(self.state_names))),
                 (ACTION, pa.list_(pa.float32(), len(self.action_names))),
+                *(
+                    (key, pa.list_(pa.float32(), len(names)))
+                    for key, names in self.vector_names.items()
+                ),
                 ("timestamp", pa.float32()),
                 ("frame_index", pa.int64()),
                 ("episode_index", pa.int64()),
@@ -144,20 +158,27 @@ class LeRobotWriter:
 
     # --- episodes ------------------------------------------------------------------------
 
-    def add_episode(self, source, *, task: str) -> EpisodeRecord:
-        """Append one episode from an uploaded parquet file (path or seekable file)."""
+    def add_episode(self, source, *, task: str, extra: dict | None = None) -> EpisodeRecord:
+        """Append one episode from an uploaded parquet file (path or seekable file); `extra`:
+        more columns of its meta/episodes row (the videos')."""
         parquet = pq.ParquetFile(source)
-        table = parquet.read(columns=[STATE, ACTION, FRAME_INDEX])
+        vectors = self.vector_names
+        table = parquet.read(columns=[STATE, ACTION, *vectors, FRAME_INDEX])
         length = table.num_rows
-        state = _as_matrix(table.column(STATE), len(self.state_names)).astype(np.float32)
-        action = _as_matrix(table.column(ACTION), len(self.action_names)).astype(np.float32)
+        matrices = {
+            key: _as_matrix(table.column(key), len(names)).astype(np.float32)
+            for key, names in {
+                STATE: self.state_names,
+                ACTION: self.action_names,
+                **vectors,
+            }.items()
+        }
         frame_index = np.arange(length, dtype=np.int64)
         episode_index = len(self.episodes)
         task_index = self.tasks.setdefault(task, len(self.tasks))
         start = self.total_frames
         columns = {
-            STATE: state,
-            ACTION: action,
+            **matrices,
             "timestamp": (frame_index / self.fps).astype(np.float32),
             "frame_index": frame_index,
             "episode_index": np.full(length, episode_index, dtype=np.int64),
@@ -168,12 +189,12 @@ class LeRobotWriter:
         writer.write_table(
             pa.table(
                 {
-                    STATE: pa.FixedSizeListArray.from_arrays(
-                        pa.array(state.reshape(-1)), state.shape[1]
-                    ),
-                    ACTION: pa.FixedSizeListArray.from_arrays(
-                        pa.array(action.reshape(-1)), action.shape[1]
-                    ),
+                    **{
+                        key: pa.FixedSizeListArray.from_arrays(
+                            pa.array(matrix.reshape(-1)), matrix.shape[1]
+                        )
+                        for key, matrix in matrices.items()
+                    },
                     **{name: pa.array(columns[name]) for name in SCALAR_FEATURES},
                 },
                 schema=self.schema,
@@ -190,6 +211,7 @@ class LeRobotWriter:
             file_index=self.file_index,
             from_index=start,
             to_index=start + length,
+            extra=dict(extra or {}),
         )
         self.episodes.append(record)
         self.total_frames += length
@@ -223,14 +245,19 @@ class LeRobotWriter:
 
     # --- metadata ------------------------------------------------------------------------
 
-    def finish(self) -> list[str]:
-        """Close the data files and write the metadata. Returns every file, relative."""
+    def finish(
+        self, *, video_features: dict | None = None, video_stats: dict | None = None
+    ) -> list[str]:
+        """Close the data files and write the metadata, with the cameras' features and image
+        stats when there are videos (lerobot_videos.DatasetVideos). Returns every file."""
         if not self.episodes:
             raise ValueError("A dataset needs at least one episode.")
+        self.video_features = dict(video_features or {})
         self._close_data_file()
         self._write_episodes()
         self._write_tasks()
-        self._write_json("meta/stats.json", {name: s.as_json() for name, s in self.stats.items()})
+        stats = {name: s.as_json() for name, s in self.stats.items()} | (video_stats or {})
+        self._write_json("meta/stats.json", stats)
         self._write_json("meta/info.json", self.info())
         return sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*") if p.is_file())
 
@@ -247,6 +274,9 @@ class LeRobotWriter:
                 "names": self.action_names,
             },
         }
+        for key, names in self.vector_names.items():
+            features[key] = {"dtype": "float32", "shape": [len(names)], "names": list(names)}
+        features |= self.video_features
         for name, dtype in SCALAR_FEATURES.items():
             features[name] = {"dtype": dtype, "shape": [1], "names": None}
         return features
@@ -260,11 +290,11 @@ class LeRobotWriter:
             "total_tasks": len(self.tasks),
             "chunks_size": CHUNKS_SIZE,
             "data_files_size_in_mb": max(1, round(self.data_file_size_limit / (1024 * 1024))),
-            "video_files_size_in_mb": 200,
+            "video_files_size_in_mb": max(1, round(self.video_file_size_limit / (1024 * 1024))),
             "fps": self.fps,
             "splits": {"train": f"0:{len(self.episodes)}"},
             "data_path": DATA_PATH,
-            "video_path": None,
+            "video_path": VIDEO_PATH if self.video_features else None,
             "features": self.features(),
         }
 
@@ -280,6 +310,13 @@ class LeRobotWriter:
                 "dataset_to_index": pa.array([e.to_index for e in self.episodes], pa.int64()),
                 "meta/episodes/chunk_index": pa.array([0] * len(self.episodes), pa.int64()),
                 "meta/episodes/file_index": pa.array([0] * len(self.episodes), pa.int64()),
+                **{
+                    name: pa.array(
+                        [e.extra[name] for e in self.episodes],
+                        pa.float64() if name.endswith("timestamp") else pa.int64(),
+                    )
+                    for name in self.episodes[0].extra
+                },
             }
         )
         path = self.root / EPISODES_PATH

@@ -34,6 +34,29 @@ class Provenance:
 
 
 @dataclass(frozen=True)
+class VideoFacts:
+    """One camera of the delivery (lerobot_videos.CameraWriter.summary())."""
+
+    key: str
+    codec: str
+    width: int
+    height: int
+    fps: int
+    files: int
+
+    @classmethod
+    def of(cls, summary: dict) -> "VideoFacts":
+        return cls(
+            key=summary["key"],
+            codec=summary["codec"],
+            width=summary["width"],
+            height=summary["height"],
+            fps=summary["fps"],
+            files=len(summary["files"]),
+        )
+
+
+@dataclass(frozen=True)
 class DatasetCardFacts:
     title: str
     task: str
@@ -55,6 +78,8 @@ class DatasetCardFacts:
     collected_to: datetime | None = None
     license: str = "Proprietary: licensed to the ordering organization"
     order_id: str = ""
+    videos: tuple[VideoFacts, ...] = ()
+    vectors: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (feature, element names)
 
 
 # Characters that make HTML, links, images, code, tables or headings of plain text (":" too:
@@ -109,6 +134,7 @@ def render_dataset_card(facts: DatasetCardFacts) -> str:
     ]
     for reason, count in sorted(facts.qa_rejections_by_reason.items()):
         lines.append(f"  - {md(reason)}: {count}")
+    lines += _stream_lines(facts)
     lines += ["", "## Provenance", ""]
     if facts.provenance:
         lines += ["| Fleet | Site | Site kind | Episodes | Hours |", "|---|---|---|---|---|"]
@@ -120,6 +146,30 @@ def render_dataset_card(facts: DatasetCardFacts) -> str:
         lines.append("No provenance recorded.")
     lines += ["", "`manifest.json` lists every file with its size and SHA-256.", ""]
     return "\n".join(lines)
+
+
+def _stream_lines(facts: DatasetCardFacts) -> list[str]:
+    lines = []
+    if facts.videos:
+        lines += ["", "## Cameras", ""]
+        lines += [
+            "Videos under `videos/<camera>/chunk-CCC/file-FFF.mp4`, episodes concatenated"
+            " (`meta/episodes` gives each episode's file and time range); frame i of an episode"
+            " is at from_timestamp + i / fps.",
+            "",
+            "| Camera | Codec | Resolution | Frames per second | Files |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {md(v.key)} | {md(v.codec)} | {v.width}x{v.height} | {v.fps} | {v.files} |"
+            for v in facts.videos
+        ]
+    if facts.vectors:
+        lines += ["", "## Other sensors", "", "| Feature | Values |", "|---|---|"]
+        lines += [
+            f"| {md(key)} | {len(names)}: {md(', '.join(names))} |" for key, names in facts.vectors
+        ]
+    return lines
 
 
 def build_manifest(root: Path, *, extra: dict | None = None) -> dict:

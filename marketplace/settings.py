@@ -372,6 +372,8 @@ EPISODE_QA_MAX_ATTEMPTS = int(os.environ.get("EPISODE_QA_MAX_ATTEMPTS", "3"))
 EPISODE_UPLOAD_ABANDONED_SECONDS = int(os.environ.get("EPISODE_UPLOAD_ABANDONED_SECONDS", "3600"))
 # Deliveries: data files roll over at this size; signed download links live this long.
 DELIVERY_DATA_FILE_BYTES = int(os.environ.get("DELIVERY_DATA_FILE_BYTES", str(100 * 1024**2)))
+# Camera videos: each camera's episodes concatenated per file up to this (lerobot's 200 MB).
+DELIVERY_VIDEO_FILE_BYTES = int(os.environ.get("DELIVERY_VIDEO_FILE_BYTES", str(200 * 1024**2)))
 DELIVERY_LINK_EXPIRY_SECONDS = int(os.environ.get("DELIVERY_LINK_EXPIRY_SECONDS", "300"))
 # The catalog and rate cards the quote and order paths read are kept per process
 # (orders/catalog.py): reloaded on any change seen through the shared cache, and at the latest

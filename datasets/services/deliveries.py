@@ -1,7 +1,9 @@
 """Deliveries: open one when a phase is collected, assemble the LeRobot v3.0 dataset, tell the
 customer (email, webhook), and the customer's pilot review."""
 
+import hashlib
 import tempfile
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
 
@@ -13,8 +15,15 @@ from django.utils import timezone
 from datasets import storage, tasks
 from datasets.error_codes import ErrorCode
 from datasets.lerobot import LeRobotWriter
+from datasets.lerobot_videos import DatasetVideos, VideoAssemblyError
 from datasets.models import DELIVERY_TRANSITIONS, Delivery, DeliveryFile, Episode
-from datasets.packaging import DatasetCardFacts, Provenance, upload_tree, write_delivery_files
+from datasets.packaging import (
+    DatasetCardFacts,
+    Provenance,
+    VideoFacts,
+    upload_tree,
+    write_delivery_files,
+)
 from datasets.services.downloads import customer_delivery
 from fleets.services.planning import order_release_remaining
 from marketplace.audit import actor_label, system_label
@@ -55,7 +64,97 @@ def _delivery_episodes(delivery: Delivery):
     episodes = Episode.objects.filter(order=delivery.order, status=Episode.Status.ACCEPTED)
     if delivery.kind == Delivery.Kind.PILOT:
         episodes = episodes.filter(job__is_pilot=True)
-    return episodes.select_related("site", "fleet").order_by("decided_at", "id")
+    episodes = episodes.select_related("site", "fleet").order_by("decided_at", "id")
+    if (delivery.order.stream_spec or {}).get("cameras"):
+        episodes = episodes.prefetch_related("videos")
+    return episodes
+
+
+@dataclass(frozen=True)
+class Streams:
+    """What the order's stream spec asks each episode to carry, as the delivery writes it
+    ({} on older orders: state and action named joint_0.., no camera, no other vector)."""
+
+    state_names: list[str]
+    action_names: list[str]
+    vectors: dict[str, list[str]]
+    cameras: list[str]
+    codec: str
+
+    @classmethod
+    def of(cls, order: Order) -> "Streams":
+        spec = order.stream_spec or {}
+        joints = [f"joint_{i}" for i in range(order.embodiment.action_dim)]
+        return cls(
+            state_names=list((spec.get("state") or {}).get("names") or joints),
+            action_names=list((spec.get("action") or {}).get("names") or joints),
+            vectors={v["key"]: list(v["names"]) for v in spec.get("vectors") or []},
+            cameras=[c["key"] for c in spec.get("cameras") or []],
+            codec=spec.get("video_codec") or "av1",
+        )
+
+
+def _write_dataset(root: Path, delivery: Delivery, episodes, fps: int, streams: Streams):
+    """The LeRobot v3.0 dataset under root: (writer, the cameras' summaries)."""
+    writer = LeRobotWriter(
+        root=root,
+        fps=fps,
+        robot_type=delivery.order.embodiment.slug,
+        state_names=streams.state_names,
+        action_names=streams.action_names,
+        vector_names=streams.vectors,
+        data_file_size_limit=settings.DELIVERY_DATA_FILE_BYTES,
+        video_file_size_limit=settings.DELIVERY_VIDEO_FILE_BYTES,
+    )
+    videos = None
+    if streams.cameras:
+        videos = DatasetVideos(
+            root=root,
+            fps=fps,
+            codec=streams.codec,
+            keys=streams.cameras,
+            file_size_limit=settings.DELIVERY_VIDEO_FILE_BYTES,
+        )
+    try:
+        for episode in episodes:
+            record = writer.add_episode(
+                storage.RangeReader(episode.stored_key, size=episode.size_bytes),
+                task=episode.task_instruction,
+            )
+            if videos is not None:
+                record.extra.update(_episode_videos(videos, episode, record.length))
+    except Exception:
+        if videos is not None:
+            videos.abort()
+        raise
+    if videos is None:
+        writer.finish()
+        return writer, []
+    features, stats, summaries = videos.finish()
+    writer.finish(video_features=features, video_stats=stats)
+    return writer, summaries
+
+
+def _episode_videos(videos: DatasetVideos, episode: Episode, length: int) -> dict:
+    """Download (streamed to temporary files) one episode's camera videos and append them."""
+    stored = {video.camera_key: video for video in episode.videos.all()}
+    with tempfile.TemporaryDirectory(prefix="episode-videos-") as tmp:
+        paths = {}
+        for number, key in enumerate(videos.cameras):
+            video = stored.get(key)
+            if video is None or not video.stored_key:
+                raise VideoAssemblyError(f"Episode {episode.id} has no {key} video.")
+            paths[key] = Path(tmp) / f"{number}.mp4"
+            digest = hashlib.sha256()
+            with paths[key].open("wb") as handle:
+                for block in storage.stream(video.stored_key):
+                    handle.write(block)
+                    digest.update(block)
+            if digest.hexdigest() != video.sha256:
+                raise VideoAssemblyError(
+                    f"Episode {episode.id}'s {key} video is not the one QA checked (SHA-256)."
+                )
+        return videos.add_episode(paths, length)
 
 
 def _card_facts(
@@ -130,32 +229,24 @@ def delivery_assemble(*, delivery_id) -> Delivery:
             delivery, f"Episodes were recorded at several rates: {sorted(fps_values)}."
         )
     fps = fps_values.pop()
-    names = [f"joint_{i}" for i in range(delivery.order.embodiment.action_dim)]
+    streams = Streams.of(delivery.order)
     with tempfile.TemporaryDirectory(prefix="delivery-") as tmp:
         root = Path(tmp)
-        writer = LeRobotWriter(
-            root=root,
-            fps=fps,
-            robot_type=delivery.order.embodiment.slug,
-            state_names=names,
-            action_names=names,
-            data_file_size_limit=settings.DELIVERY_DATA_FILE_BYTES,
+        try:
+            writer, cameras = _write_dataset(root, delivery, episodes, fps, streams)
+        except VideoAssemblyError as exc:
+            return _delivery_fail(delivery, f"A camera video cannot be delivered: {exc}")
+        facts = _card_facts(delivery, episodes, writer.total_frames, fps)
+        facts = replace(
+            facts,
+            videos=tuple(VideoFacts.of(camera) for camera in cameras),
+            vectors=tuple((key, tuple(names)) for key, names in streams.vectors.items()),
         )
-        for episode in episodes:
-            writer.add_episode(
-                storage.RangeReader(episode.stored_key, size=episode.size_bytes),
-                task=episode.task_instruction,
-            )
-        writer.finish()
-        manifest = write_delivery_files(
-            root,
-            _card_facts(delivery, episodes, writer.total_frames, fps),
-            extra={
-                "order": str(delivery.order_id),
-                "delivery": str(delivery.id),
-                "kind": delivery.kind,
-            },
-        )
+        extra = {"order": str(delivery.order_id), "delivery": str(delivery.id)}
+        extra["kind"] = delivery.kind
+        if cameras:
+            extra["videos"] = cameras
+        manifest = write_delivery_files(root, facts, extra=extra)
         upload_tree(root, delivery.prefix)
         manifest_size = (root / "manifest.json").stat().st_size
     return _delivery_ready(delivery, manifest, manifest_size, episodes, writer.total_frames)

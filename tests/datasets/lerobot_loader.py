@@ -1,5 +1,10 @@
 """Load a LeRobot v3.0 directory the way lerobot 0.6.1 does offline, and check invariants.
 
+Camera frames are decoded as lerobot's PyAV path does (`decode_video_frames_torchvision`):
+row i of an episode asks its camera file for `from_timestamp + timestamp[i]`; the reader
+seeks to the first asked time (key frames only), decodes up to the last, takes the closest
+frame per query (float32 distances) and refuses any farther than 1e-4 s.
+
 lerobot itself needs Python >= 3.12, so this mirrors its loading path (shared/notes/
 lerobot-v3.md): version check, tasks from the pandas index, episodes metadata, data files
 with exactly the declared non-video features, cast to the declared dtypes.
@@ -8,11 +13,13 @@ with exactly the declared non-video features, cast to the declared dtypes.
 import json
 from pathlib import Path
 
+import av
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+VIDEO_COLUMNS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
 ARROW_TYPES = {"float32": pa.float32(), "float64": pa.float64(), "int64": pa.int64()}
 
 
@@ -80,5 +87,80 @@ def check_invariants(dataset: dict) -> None:
     stat_keys = {"min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99"}
     for name, feature in info["features"].items():
         assert set(dataset["stats"][name]) == stat_keys, name
+        if feature["dtype"] == "video":
+            _check_video_feature(dataset, name, feature)
+            continue
         for key in stat_keys - {"count"}:
             assert len(dataset["stats"][name][key]) == feature["shape"][0], (name, key)
+
+
+def _check_video_feature(dataset: dict, name: str, feature: dict) -> None:
+    """lerobot's image stats are per channel, shape [3, 1, 1], in [0, 1]; each episode says
+    where its frames are."""
+    assert dataset["info"]["video_path"], "a video feature needs video_path"
+    assert feature["names"] == ["height", "width", "channels"] and feature["shape"][2] == 3
+    for key, values in dataset["stats"][name].items():
+        if key == "count":
+            assert len(values) == 1 and values[0] > 0
+            continue
+        array = np.asarray(values, dtype=np.float64)
+        assert array.shape == (3, 1, 1), (name, key, array.shape)
+        assert ((array >= 0) & (array <= 1)).all(), (name, key)
+    for episode in dataset["episodes"]:
+        for column in VIDEO_COLUMNS:
+            assert f"videos/{name}/{column}" in episode, (name, column)
+        start = episode[f"videos/{name}/from_timestamp"]
+        end = episode[f"videos/{name}/to_timestamp"]
+        assert abs(end - start - episode["length"] / dataset["info"]["fps"]) < 1e-6
+
+
+TOLERANCE_S = 1e-4
+
+
+class ToleranceViolation(AssertionError):
+    """lerobot: "One or several query timestamps unexpectedly violate the tolerance"."""
+
+
+def camera_frames(root: Path, dataset: dict, key: str) -> list[np.ndarray]:
+    """Every frame of camera `key`, per episode: uint8 [length, H, W, 3] (lerobot hands out
+    the same pixels as float32 [3, H, W] / 255)."""
+    root = Path(root)
+    info = dataset["info"]
+    timestamps = dataset["data"].column("timestamp").to_numpy()
+    episodes = []
+    for episode in dataset["episodes"]:
+        path = root / info["video_path"].format(
+            video_key=key,
+            chunk_index=episode[f"videos/{key}/chunk_index"],
+            file_index=episode[f"videos/{key}/file_index"],
+        )
+        rows = timestamps[episode["dataset_from_index"] : episode["dataset_to_index"]]
+        start = episode[f"videos/{key}/from_timestamp"]
+        episodes.append(decode_at(path, [start + float(ts) for ts in rows]))
+    return episodes
+
+
+def decode_at(path: Path, timestamps: list[float], tolerance_s: float = TOLERANCE_S):
+    """The frames of `path` closest to `timestamps` (seconds), as lerobot's PyAV reader."""
+    first, last = min(timestamps), max(timestamps)
+    loaded, loaded_ts = [], []
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        container.seek(int(first / stream.time_base), stream=stream, backward=True)
+        for frame in container.decode(stream):
+            loaded.append(frame.to_ndarray(format="rgb24"))
+            loaded_ts.append(float(frame.time))
+            if frame.time >= last:
+                break
+    if not loaded:
+        raise ToleranceViolation(f"No frame decoded from {path} around {first}..{last}.")
+    query = np.asarray(timestamps, dtype=np.float32)[:, None]
+    distances = np.abs(query - np.asarray(loaded_ts, dtype=np.float32)[None, :])
+    closest = distances.argmin(axis=1)
+    worst = distances[np.arange(len(query)), closest]
+    if not (worst < tolerance_s).all():
+        raise ToleranceViolation(
+            f"One or several query timestamps unexpectedly violate the tolerance"
+            f" ({worst.max()} > {tolerance_s}) in {path}."
+        )
+    return np.stack([loaded[i] for i in closest])
