@@ -62,6 +62,47 @@ def job_move(
     return job
 
 
+def jobs_move(*, moves: list[tuple[Job, str, str, object]], actor_label: str = SYSTEM) -> None:
+    """job_move for many jobs at once, (job, to_status, reason, fleet) each: the same map and
+    audit, written with one UPDATE and one INSERT. The caller holds the jobs' row locks;
+    `dispatch_attempts` and `flag_reason` set on the jobs are saved too."""
+    now = timezone.now()
+    changed, events = [], []
+    for job, to_status, reason, fleet in moves:
+        from_status = job.status
+        if from_status != to_status:
+            require_transition(
+                transitions=JOB_TRANSITIONS,
+                from_status=from_status,
+                to_status=to_status,
+                what="A job",
+                error=InvalidJobTransition,
+            )
+        job.status = to_status
+        if to_status not in JOB_HOLDING_STATES and to_status != Job.Status.COMPLETED:
+            job.fleet = None
+            job.site = None
+        job.updated_at = now
+        changed.append(job)
+        if from_status != to_status:
+            events.append(
+                JobEvent(
+                    job=job,
+                    from_status=from_status,
+                    to_status=to_status,
+                    fleet_id=fleet.pk if fleet is not None else job.fleet_id,
+                    actor_label=actor_label,
+                    reason=reason,
+                )
+            )
+    if changed:
+        Job.objects.bulk_update(
+            changed,
+            ["status", "fleet", "site", "flag_reason", "dispatch_attempts", "updated_at"],
+        )
+    JobEvent.objects.bulk_create(events)
+
+
 def job_transition(*, job_id, to_status: str, reason: str = "", actor_label: str = SYSTEM) -> Job:
     """The public way to move a job by hand (staff tools): lock, check the map, audit."""
     if to_status not in Job.Status.values:
