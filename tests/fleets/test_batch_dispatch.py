@@ -1,0 +1,173 @@
+"""The batch dispatcher on the real database: set queries whatever the batch size, the
+offers it writes, and jobs another dispatcher holds skipped (FOR UPDATE SKIP LOCKED)."""
+
+import threading
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from fleets import selectors
+from fleets.models import Fleet, Job, JobEvent, Offer, WebhookDelivery
+from fleets.services.dispatch import jobs_dispatch, open_jobs_dispatch
+from fleets.services.planning import order_plan
+from orders.models import Order
+from tests.factories import FleetFactory, OrderFactory, equipped_site
+
+
+def world(customer, *, orders: int, fleets: int = 6, weekly: str = "40") -> list[Job]:
+    """`fleets` fleets (webhook URL, two capable sites each) and `orders` paid orders of 4
+    environments x 2 h, planned (their jobs open, not dispatched yet)."""
+    for _ in range(fleets):
+        fleet = FleetFactory(
+            weekly_capacity_hours=Decimal(weekly), webhook_url="https://fleet.example/hook"
+        )
+        equipped_site(fleet=fleet)
+        equipped_site(fleet=fleet)
+    planned = []
+    for _ in range(orders):
+        order = OrderFactory(
+            organization=customer.organization,
+            status=Order.Status.PAID,
+            hours=Decimal("8"),
+            environments=4,
+        )
+        order_plan(order_id=order.id)  # the on-commit dispatch never runs in this test
+        planned += list(Job.objects.filter(order=order))
+    return planned
+
+
+def counted_dispatch(jobs):
+    with CaptureQueriesContext(connection) as ctx:
+        results = jobs_dispatch(job_ids=[job.pk for job in jobs])
+    return results, len(ctx.captured_queries)
+
+
+@pytest.mark.django_db
+def test_batch_queries_do_not_grow_with_jobs_and_the_offers_keep_every_rule(customer):
+    # given a batch of 4 jobs and one of 48 (12 orders), on the same 6 fleets; the large
+    # batch needs more than the fleets hold before the deadline, so some jobs are flagged
+    small = world(customer, orders=1, weekly="1")
+    large = world(customer, orders=12, fleets=0)
+    # when each is dispatched as one batch
+    small_results, small_queries = counted_dispatch(small)
+    large_results, large_queries = counted_dispatch(large)
+    # then the large batch runs exactly as many queries as the small one
+    assert len(small_results) == 4 and len(large_results) == 48
+    assert large_queries == small_queries <= 16  # savepoint and release included
+    # and every offer is as one-job dispatch makes it
+    now = timezone.now()
+    offers = list(Offer.objects.filter(job__in=large).select_related("job", "fleet"))
+    outcomes = [r.outcome for r in large_results.values()]
+    assert len(offers) == outcomes.count("offered") > 0
+    assert outcomes.count("flagged") > 0
+    for offer in offers:
+        assert offer.status == Offer.Status.PENDING
+        assert offer.rate_per_hour == offer.fleet.payout_rate_per_hour
+        assert offer.currency == offer.fleet.currency
+        assert offer.expires_at > now + timedelta(minutes=30)
+        assert (offer.job.status, offer.job.fleet_id, offer.job.site_id) == (
+            Job.Status.OFFERED,
+            offer.fleet_id,
+            offer.site_id,
+        )
+        assert large_results[str(offer.job_id)].offer_id == offer.pk
+        delivery = WebhookDelivery.objects.get(
+            fleet=offer.fleet, payload__data__offer_id=str(offer.pk)
+        )
+        assert delivery.payload["data"]["job"]["embodiment"] == "franka-fr3"
+        assert delivery.payload["data"]["rate_per_hour"] == str(offer.rate_per_hour)
+    # capacity: no fleet holds more hours than it has before the deadline
+    deadline = large[0].deadline
+    for fleet in Fleet.objects.all():
+        held = sum(j.target_hours for j in Job.objects.filter(fleet=fleet))
+        assert held <= selectors.capacity_until(fleet, deadline, now)
+    # diversity: each order's environments on distinct sites
+    for order_id in {job.order_id for job in large}:
+        sites = [o.site_id for o in offers if o.job.order_id == order_id]
+        assert len(sites) == len(set(sites))
+    # flagged jobs carry the reason; every job has its audit event
+    for job in Job.objects.filter(pk__in=[j.pk for j in large]):
+        assert job.dispatch_attempts == 1
+        assert JobEvent.objects.filter(job=job, to_status=job.status).count() == 1
+        if job.status == Job.Status.FLAGGED:
+            assert job.flag_reason and job.fleet_id is None
+
+
+@pytest.mark.django_db
+def test_a_second_batch_counts_the_first_batch_offers(customer):
+    # given 3 fleets with room for 2 jobs of 2 h each before the deadline: 6 of 8 jobs
+    jobs = world(customer, orders=2, fleets=3)
+    weeks = (
+        Decimal((jobs[0].deadline - timezone.now()).total_seconds()) / selectors.SECONDS_PER_WEEK
+    )
+    Fleet.objects.update(weekly_capacity_hours=(Decimal(5) / weeks).quantize(Decimal("0.01")))
+    capacity = selectors.capacity_until(Fleet.objects.first(), jobs[0].deadline, timezone.now())
+    assert 4 <= capacity < 6
+    first, second = jobs[:4], jobs[4:]
+    jobs_dispatch(job_ids=[j.pk for j in first])
+    # when the second order's jobs are dispatched in a later batch
+    jobs_dispatch(job_ids=[j.pk for j in second])
+    # then hours owed on the first batch's offers count: no fleet is over its capacity
+    for fleet in Fleet.objects.all():
+        held = sum(j.target_hours for j in Job.objects.filter(fleet=fleet))
+        assert held <= capacity
+    assert Job.objects.filter(status=Job.Status.OFFERED).count() == 6
+
+
+@pytest.mark.django_db(transaction=True)
+def test_open_jobs_dispatch_skips_jobs_another_transaction_holds(customer):
+    # given two open jobs (two orders of one environment) and a transaction holding one
+    equipped_site()
+    orders = [
+        OrderFactory(
+            organization=customer.organization,
+            status=Order.Status.PAID,
+            hours=Decimal("2"),
+            environments=1,
+        )
+        for _ in range(2)
+    ]
+    held, free = (Job.objects.create(**_job_fields(order)) for order in orders)
+    locked, release = threading.Event(), threading.Event()
+
+    def hold():
+        try:
+            with transaction.atomic():
+                Job.objects.select_for_update().get(pk=held.pk)
+                locked.set()
+                release.wait(timeout=30)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert locked.wait(timeout=30)
+    try:
+        # when a batch dispatch runs meanwhile
+        results = open_jobs_dispatch(limit=10)
+    finally:
+        release.set()
+        thread.join(timeout=30)
+    # then it did not wait: the free job is offered, the held one left open for later
+    assert set(results) == {str(free.pk)}
+    assert Job.objects.get(pk=free.pk).status == Job.Status.OFFERED
+    assert Job.objects.get(pk=held.pk).status == Job.Status.OPEN
+    # and the next batch takes it
+    assert set(open_jobs_dispatch(limit=10)) == {str(held.pk)}
+
+
+def _job_fields(order):
+    return {
+        "order": order,
+        "sequence": 1,
+        "environment_index": 0,
+        "embodiment_id": order.embodiment_id,
+        "end_effector": "parallel_gripper",
+        "target_hours": Decimal("2"),
+        "deadline": timezone.now() + timedelta(days=14),
+        "status": Job.Status.OPEN,
+    }
