@@ -24,6 +24,8 @@ Nothing eligible: the job is flagged, as before.
 from dataclasses import dataclass
 from decimal import Decimal
 
+import numpy as np
+
 W_HEADROOM, W_QUALITY, W_CHEAPNESS, SAME_ENVIRONMENT_BONUS = 0.50, 0.35, 0.15, 1.0
 
 
@@ -66,32 +68,22 @@ class Decision:
     bid_id: object = None
 
 
-def score(
-    *,
-    hours: Decimal,
-    free: Decimal,
-    capacity: Decimal,
-    quality: Decimal,
-    payout_rate: Decimal,
-    top_rate: Decimal,
-    same_environment: bool,
-) -> float:
-    """The dispatch score (fleets/selectors.py module docstring)."""
-    headroom = float((free - hours) / capacity) if capacity else 0.0
-    cheapness = 1.0 - float(payout_rate / top_rate) if top_rate else 1.0
-    return (
-        W_HEADROOM * max(0.0, min(1.0, headroom))
-        + W_QUALITY * float(quality)
-        + W_CHEAPNESS * cheapness
-        + (SAME_ENVIRONMENT_BONUS if same_environment else 0.0)
-    )
-
-
 class _State:
+    """Fleet figures as arrays (one index per fleet), the hours owed as the batch places jobs
+    (exact Decimal, with a float copy for the vectorised ranking), and the batch's own site
+    usage per order."""
+
     def __init__(self, fleets: dict):
         self.fleets = fleets
+        self.index = {fleet_id: i for i, fleet_id in enumerate(fleets)}
+        values = list(fleets.values())
+        self.weekly = np.array([float(f.weekly_capacity) for f in values])
+        self.rate = np.array([float(f.payout_rate) for f in values])
+        self.quality = np.array([float(f.quality) for f in values])
+        self.owed_float = np.array([float(f.owed) for f in values])
         self.owed = {fleet_id: f.owed for fleet_id, f in fleets.items()}
         self.usage: dict = {}  # order_id -> {site_id: {environment_index}} placed in the batch
+        self._arrays: dict = {}
 
     def free(self, fleet_id, weeks: Decimal) -> Decimal:
         return self.fleets[fleet_id].weekly_capacity * weeks - self.owed[fleet_id]
@@ -102,14 +94,39 @@ class _State:
 
     def take(self, job: JobDemand, site_id, fleet_id) -> None:
         self.owed[fleet_id] += job.hours
+        self.owed_float[self.index[fleet_id]] += float(job.hours)
         self.usage.setdefault(job.order_id, {}).setdefault(site_id, set()).add(
             job.environment_index
         )
 
+    def arrays(self, sites: tuple) -> tuple:
+        """(candidates kept, fleet index per candidate, site -> position) of a candidate list,
+        computed once per list (jobs alike share theirs); inactive fleets' sites left out."""
+        cached = self._arrays.get(id(sites))
+        if cached is None or cached[0] is not sites:
+            kept = sorted(((s, f) for s, f in sites if f in self.index), key=_site_order)
+            fleet_index = np.array([self.index[f] for _, f in kept], dtype=np.int64)
+            positions = {s: i for i, (s, _) in enumerate(kept)}
+            cached = (sites, kept, fleet_index, positions)
+            self._arrays[id(sites)] = cached
+        return cached[1:]
 
-def _constrainedness(job: JobDemand) -> tuple:
-    fleets = len({fleet_id for _, fleet_id in job.sites})
-    return (0 if job.bids else 1, fleets, -job.hours, job.rank, str(job.job_id))
+
+def _site_order(pair: tuple) -> str:
+    return str(pair[0])
+
+
+def _constrainedness_key(jobs: list[JobDemand]):
+    """Bid jobs first, then fewest fleets able to take the job, longest, by rank."""
+    fleet_counts: dict = {}
+
+    def key(job: JobDemand) -> tuple:
+        fleets = fleet_counts.get(id(job.sites))
+        if fleets is None:
+            fleets = fleet_counts[id(job.sites)] = len({f for _, f in job.sites})
+        return (0 if job.bids else 1, fleets, -job.hours, job.rank, str(job.job_id))
+
+    return key
 
 
 def assign(
@@ -123,7 +140,7 @@ def assign(
     one-at-a-time dispatch, for comparison); prefer: "score" or "headroom" (module docstring).
     """
     state = _State(fleets)
-    ordered = list(jobs) if order == "given" else sorted(jobs, key=_constrainedness)
+    ordered = list(jobs) if order == "given" else sorted(jobs, key=_constrainedness_key(jobs))
     decisions = []
     for job in ordered:
         decision = _bid_decision(job, state) or _offer_decision(job, state, prefer)
@@ -146,41 +163,56 @@ def _bid_decision(job: JobDemand, state: _State) -> Decision | None:
 
 
 def _offer_decision(job: JobDemand, state: _State, prefer: str) -> Decision:
-    feasible = []
-    for site_id, fleet_id in job.sites:
-        if fleet_id not in state.fleets or not state.site_open(job, site_id):
-            continue
-        free = state.free(fleet_id, job.weeks)
-        if free >= job.hours:
-            feasible.append((site_id, fleet_id, free))
-    if not feasible:
+    """The best-ranked feasible site, vectorised over the job's candidates. Feasibility is
+    decided exactly (Decimal): the float pre-check only has a tolerance, and the chosen
+    site is checked again before it is taken."""
+    kept, fleet_index, positions = state.arrays(job.sites)
+    if not kept:
         return Decision(job.job_id, "flag")
-    top_rate = max(state.fleets[f].payout_rate for _, f, _ in feasible)
-    best, best_key = None, None
-    for site_id, fleet_id, free in feasible:
-        fleet = state.fleets[fleet_id]
-        capacity = fleet.weekly_capacity * job.weeks
-        same = site_id in job.same_environment_sites or _used_by_environment(job, state, site_id)
-        value = score(
-            hours=job.hours,
-            free=free,
-            capacity=capacity,
-            quality=fleet.quality,
-            payout_rate=fleet.payout_rate,
-            top_rate=top_rate,
-            same_environment=same,
-        )
-        rank = float(free - job.hours) if prefer == "headroom" else value
-        key = (same, rank, value)
-        # ties break on the site id, as in one-job dispatch
-        if best_key is None or key > best_key or (key == best_key and str(site_id) < best[0]):
-            best, best_key = (str(site_id), site_id, fleet_id, value), key
-    _, site_id, fleet_id, value = best
-    return Decision(job.job_id, "offer", site_id, fleet_id, score=value)
+    hours = float(job.hours)
+    capacity = state.weekly[fleet_index] * float(job.weeks)
+    free = capacity - state.owed_float[fleet_index]
+    ok = free >= hours - 1e-6
+    same = np.zeros(len(kept), dtype=bool)
+    for site_id in job.same_environment_sites:
+        if site_id in positions:
+            same[positions[site_id]] = True
+    for site_id, envs in state.usage.get(job.order_id, {}).items():
+        position = positions.get(site_id)
+        if position is None:
+            continue
+        if envs != {job.environment_index}:
+            ok[position] = False  # another environment of the order holds it
+        else:
+            same[position] = True
+    while ok.any():
+        value = _scores(state, fleet_index, ok, free, capacity, hours, same)
+        if prefer == "headroom":
+            spare = free - hours
+            rank = np.where(same, 2.0, 0.0) + spare / (1.0 + np.abs(spare).max())
+        else:
+            rank = value
+        i = int(np.argmax(np.where(ok, rank, -np.inf)))  # first of equals: lowest site id
+        site_id, fleet_id = kept[i]
+        if state.free(fleet_id, job.weeks) >= job.hours:
+            return Decision(job.job_id, "offer", site_id, fleet_id, score=float(value[i]))
+        ok[i] = False
+    return Decision(job.job_id, "flag")
 
 
-def _used_by_environment(job: JobDemand, state: _State, site_id) -> bool:
-    return job.environment_index in state.usage.get(job.order_id, {}).get(site_id, ())
+def _scores(state, fleet_index, ok, free, capacity, hours, same) -> np.ndarray:
+    """The dispatch score of every candidate (fleets/selectors.py module docstring)."""
+    rate = state.rate[fleet_index]
+    top_rate = rate[ok].max()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        headroom = np.where(capacity > 0, (free - hours) / capacity, 0.0)
+    cheapness = 1.0 - rate / top_rate if top_rate else np.ones(len(rate))
+    return (
+        W_HEADROOM * np.clip(headroom, 0.0, 1.0)
+        + W_QUALITY * state.quality[fleet_index]
+        + W_CHEAPNESS * cheapness
+        + np.where(same, SAME_ENVIRONMENT_BONUS, 0.0)
+    )
 
 
 def placed_hours(jobs: list[JobDemand], decisions: list[Decision]) -> Decimal:

@@ -323,7 +323,7 @@ def dispatch_board() -> dict[str, QuerySet[Job]]:
 class BatchCandidates:
     """A job's eligible sites before capacity: capability, site kind, diversity, exclusions."""
 
-    sites: list  # (site_id, fleet_id), by site id
+    sites: tuple  # (site_id, fleet_id), by site id; jobs alike share one tuple
     same_environment: set  # sites this job's environment already uses
 
 
@@ -382,7 +382,7 @@ def _capable_sites(jobs: list[Job]) -> dict:
             for site_id, fleet_id, sensors, kind in by_capability.get(key[:2], [])
             if (not kinds or kind in kinds) and set(required) <= sensors
         }
-        signatures[key] = sorted(found.items(), key=lambda pair: str(pair[0]))
+        signatures[key] = tuple(sorted(found.items(), key=lambda pair: str(pair[0])))
     return signatures
 
 
@@ -413,6 +413,6 @@ def batch_candidates(*, jobs: list[Job]) -> dict:
         refused = excluded.get(job.pk, set())
         sites = signatures[_signature(job)]
         if other or refused:
-            sites = [(s, f) for s, f in sites if s not in other and f not in refused]
+            sites = tuple((s, f) for s, f in sites if s not in other and f not in refused)
         result[job.pk] = BatchCandidates(sites=sites, same_environment=same)
     return result

@@ -93,7 +93,8 @@ def _dispatch_locked(jobs: list[Job], *, prefer: str) -> dict:
     for job in jobs:
         job.dispatch_attempts += 1
     candidates = selectors.batch_candidates(jobs=jobs)
-    fleet_ids = {fleet_id for c in candidates.values() for _, fleet_id in c.sites}
+    distinct = {id(c.sites): c.sites for c in candidates.values()}  # jobs alike share theirs
+    fleet_ids = {fleet_id for sites in distinct.values() for _, fleet_id in sites}
     fleets = {
         fleet.pk: fleet
         for fleet in Fleet.objects.select_for_update()
@@ -138,7 +139,7 @@ def _demand(job: Job, candidates, bids: list, now: datetime) -> matching.JobDema
         environment_index=job.environment_index,
         hours=job.target_hours,
         weeks=seconds / selectors.SECONDS_PER_WEEK,
-        sites=tuple(candidates.sites),
+        sites=candidates.sites,
         same_environment_sites=frozenset(candidates.same_environment),
         bids=tuple(matching.BidOption(b.pk, b.site_id, b.fleet_id) for b in bids),
         rank=(str(job.order_id), job.sequence),
