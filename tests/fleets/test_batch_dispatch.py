@@ -4,16 +4,18 @@ offers it writes, and jobs another dispatcher holds skipped (FOR UPDATE SKIP LOC
 import threading
 from datetime import timedelta
 from decimal import Decimal
+from unittest import mock
 
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from fleets import selectors
+from fleets import selectors, tasks
 from fleets.models import Fleet, Job, JobEvent, Offer, WebhookDelivery
 from fleets.services.dispatch import jobs_dispatch, open_jobs_dispatch
 from fleets.services.planning import order_plan
+from fleets.services.sweep import dispatch_sweep
 from orders.models import Order
 from tests.factories import FleetFactory, OrderFactory, equipped_site
 
@@ -171,3 +173,23 @@ def _job_fields(order):
         "deadline": timezone.now() + timedelta(days=14),
         "status": Job.Status.OPEN,
     }
+
+
+@pytest.mark.django_db
+def test_the_sweeper_dispatches_stale_open_jobs_as_one_batch(
+    customer, settings, django_capture_on_commit_callbacks
+):
+    # given 8 open jobs (2 orders) left undispatched (their tasks were lost)
+    settings.FLEETS_STALE_OPEN_JOB_SECONDS = 0
+    jobs = world(customer, orders=2)
+    # when the sweeper runs (tasks eager, after commit)
+    with (
+        mock.patch.object(tasks.jobs_dispatch, "delay", wraps=tasks.jobs_dispatch.delay) as batch,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        result = dispatch_sweep()
+    # then one batch task dispatched all of them
+    assert result.jobs_redispatched == 8
+    assert batch.call_count == 1
+    assert sorted(batch.call_args.args) == sorted(str(job.pk) for job in jobs)
+    assert Job.objects.filter(status=Job.Status.OFFERED).count() == 8
