@@ -21,6 +21,10 @@ and its free capacity before the deadline covers the job:
 
 Ties break on the site id, so a dispatch is deterministic. Bids, when there are eligible
 ones, win over the score: lowest price per hour, then earliest finish.
+
+The batch dispatcher reads the same rules for many jobs at once (batch_candidates) and ranks
+with the same score, the headroom taken as the batch's earlier placements leave it
+(fleets/matching.py).
 """
 
 from dataclasses import dataclass

@@ -80,7 +80,7 @@ def jobs_dispatch(*, job_ids, prefer: str = "score") -> dict:
         jobs = list(
             Job.objects.select_for_update(of=("self",))
             .select_related("embodiment")
-            .filter(pk__in=list(job_ids), status=Job.Status.OPEN)
+            .filter(pk__in=list(job_ids), order_id__in=order_ids, status=Job.Status.OPEN)
             .order_by("pk")
         )
         return _dispatch_locked(jobs, prefer=prefer)
