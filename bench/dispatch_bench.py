@@ -178,9 +178,13 @@ def dispatch_all(orders: list[Order], *, batch: int, prefer: str) -> dict:
     }
 
 
-def _eligible_pairs(jobs: list[Job]) -> list[tuple[int, object, Fleet]]:
-    """(job index, site id, fleet) for every pair the rules allow before capacity, derived
-    here from the robots (independently of the dispatcher's own selectors)."""
+def _signature(job: Job) -> tuple:
+    return (job.embodiment_id, job.end_effector, tuple(job.sensor_slugs), tuple(job.site_kinds))
+
+
+def _eligible_by_signature(jobs: list[Job]) -> dict:
+    """(capabilities, site kinds) -> [(site id, fleet)] the rules allow before capacity,
+    derived here from the robots (independently of the dispatcher's own selectors)."""
     site_info: dict = {}
     active = Robot.objects.select_related("site", "fleet").filter(
         active=True, site__active=True, fleet__status=Fleet.Status.ACTIVE
@@ -190,9 +194,8 @@ def _eligible_pairs(jobs: list[Job]) -> list[tuple[int, object, Fleet]]:
             (robot.embodiment_id, robot.end_effector, set(robot.sensor_slugs))
         )
     by_signature: dict = {}
-    pairs = []
-    for j, job in enumerate(jobs):
-        key = (job.embodiment_id, job.end_effector, tuple(job.sensor_slugs), tuple(job.site_kinds))
+    for job in jobs:
+        key = _signature(job)
         if key not in by_signature:
             by_signature[key] = [
                 (site_id, fleet)
@@ -203,8 +206,17 @@ def _eligible_pairs(jobs: list[Job]) -> list[tuple[int, object, Fleet]]:
                     for e, x, s in robots
                 )
             ]
-        pairs += [(j, site_id, fleet) for site_id, fleet in by_signature[key]]
-    return pairs
+    return by_signature
+
+
+def _eligible_pairs(jobs: list[Job]) -> list[tuple[int, object, Fleet]]:
+    """(job index, site id, fleet) for every pair the rules allow before capacity."""
+    by_signature = _eligible_by_signature(jobs)
+    return [
+        (j, site_id, fleet)
+        for j, job in enumerate(jobs)
+        for site_id, fleet in by_signature[_signature(job)]
+    ]
 
 
 def _quiet_highs(solve):
@@ -236,27 +248,23 @@ def lp_bound(orders: list[Order], now) -> tuple[float, float]:
 
     started = time.perf_counter()
     jobs = list(Job.objects.filter(order__in=orders))
-    pairs = _eligible_pairs(jobs)
+    by_signature = _eligible_by_signature(jobs)
     classes: dict = {}
     for job in jobs:
-        key = (job.embodiment_id, job.end_effector, tuple(job.sensor_slugs), tuple(job.site_kinds))
-        entry = classes.setdefault((key, job.target_hours), [0, key])
-        entry[0] += 1
-    class_index = {k: i for i, k in enumerate(classes)}
-    fleets = {}
-    variables = {}
-    for j, _, fleet in pairs:
-        job = jobs[j]
-        key = (job.embodiment_id, job.end_effector, tuple(job.sensor_slugs), tuple(job.site_kinds))
-        c = class_index[(key, job.target_hours)]
-        f = fleets.setdefault(fleet.pk, (len(fleets), fleet))[0]
-        variables.setdefault((c, f), len(variables))
+        key = (_signature(job), job.target_hours)
+        classes[key] = classes.get(key, 0) + 1
+    fleets: dict = {}
+    variables: dict = {}
+    for c, (signature, _) in enumerate(classes):
+        for _, fleet in by_signature[signature]:
+            f = fleets.setdefault(fleet.pk, (len(fleets), fleet))[0]
+            variables.setdefault((c, f), len(variables))
     rows_class = lil_matrix((len(classes), len(variables)))
     rows_fleet = lil_matrix((len(fleets), len(variables)))
     for (c, f), k in variables.items():
         rows_class[c, k] = 1
         rows_fleet[f, k] = 1
-    demand = [count * float(hours) for (_, hours), (count, _) in classes.items()]
+    demand = [count * float(hours) for (_, hours), count in classes.items()]
     deadline = jobs[0].deadline
     caps = [0.0] * len(fleets)
     for index, fleet in fleets.values():
