@@ -12,8 +12,8 @@ chosen here:
   earlier in the batch) covers the job's hours;
 - never to a site another environment of the same order uses (diversity, counting the
   batch's own placements); a site this environment already uses is preferred;
-- an eligible open bid (the cheapest, then earliest finish) wins over any offer when its
-  fleet still has the capacity; bid jobs go first;
+- an eligible open bid wins over any offer: the cheapest (then earliest finish) of those
+  whose fleet has the capacity; bid jobs go first;
 - then the most constrained job first (fewest fleets able to take it, then the longest),
   to the best-ranked fleet: by the dispatch score with the headroom as it stands at that
   moment (`prefer="score"`), or by headroom alone (`prefer="headroom"`).
@@ -151,15 +151,14 @@ def assign(
 
 
 def _bid_decision(job: JobDemand, state: _State) -> Decision | None:
-    """Only the best eligible bid is tried (as one-job dispatch does); None: offer instead."""
-    if not job.bids:
-        return None
-    bid = job.bids[0]
-    if bid.fleet_id not in state.fleets or not state.site_open(job, bid.site_id):
-        return None
-    if state.free(bid.fleet_id, job.weeks) < job.hours:
-        return None
-    return Decision(job.job_id, "bid", bid.site_id, bid.fleet_id, bid_id=bid.bid_id)
+    """The best eligible bid whose fleet has the capacity (as one-job dispatch, which ranks
+    only bids on sites that pass its capacity filter); None: an offer instead."""
+    for bid in job.bids:
+        if bid.fleet_id not in state.fleets or not state.site_open(job, bid.site_id):
+            continue
+        if state.free(bid.fleet_id, job.weeks) >= job.hours:
+            return Decision(job.job_id, "bid", bid.site_id, bid.fleet_id, bid_id=bid.bid_id)
+    return None
 
 
 def _offer_decision(job: JobDemand, state: _State, prefer: str) -> Decision:

@@ -12,8 +12,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from fleets import selectors, tasks
-from fleets.models import Fleet, Job, JobEvent, Offer, WebhookDelivery
-from fleets.services.dispatch import jobs_dispatch, open_jobs_dispatch
+from fleets.models import Assignment, Bid, Fleet, Job, JobEvent, Offer, Site, WebhookDelivery
+from fleets.services.dispatch import bid_place, jobs_dispatch, open_jobs_dispatch
 from fleets.services.planning import order_plan
 from fleets.services.sweep import dispatch_sweep
 from orders.models import Order
@@ -193,3 +193,27 @@ def test_the_sweeper_dispatches_stale_open_jobs_as_one_batch(
     assert batch.call_count == 1
     assert sorted(batch.call_args.args) == sorted(str(job.pk) for job in jobs)
     assert Job.objects.filter(status=Job.Status.OFFERED).count() == 8
+
+
+@pytest.mark.django_db
+def test_a_bid_in_a_batch_wins_at_its_price_and_keeps_its_site_for_the_order(customer):
+    # given an order's 4 open jobs, and a bid on the first from one of the eligible sites
+    jobs = world(customer, orders=1)
+    site = Site.objects.order_by("pk").first()
+    bid_place(
+        organization=site.fleet.organization,
+        job_id=jobs[0].pk,
+        site_id=site.pk,
+        price_per_hour=Decimal("1.00"),
+        earliest_finish=jobs[0].deadline - timedelta(days=1),
+    )
+    # when the order's jobs are dispatched as one batch
+    results = jobs_dispatch(job_ids=[job.pk for job in jobs])
+    # then the bid won at its price; the other jobs are offered on other sites
+    assert results[str(jobs[0].pk)].outcome == "assigned_bid"
+    assignment = Assignment.objects.get(job=jobs[0], active=True)
+    assert (assignment.site_id, assignment.rate_per_hour) == (site.pk, Decimal("1.00"))
+    assert Bid.objects.get(job=jobs[0]).status == Bid.Status.WON
+    offered = Offer.objects.filter(job__in=jobs[1:])
+    assert offered.count() == 3
+    assert site.pk not in {offer.site_id for offer in offered}

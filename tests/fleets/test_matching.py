@@ -108,6 +108,14 @@ def test_best_bid_wins_and_falls_back_to_an_offer_without_capacity():
     assert (fallback.outcome, fallback.site_id) == ("offer", "o")
 
 
+def test_the_cheapest_bid_whose_fleet_has_room_wins():
+    fleets = {"full": fleet("full", "1"), "dear": fleet("dear", "40"), "x": fleet("x", "40")}
+    sites = [("f", "full"), ("d", "dear"), ("x", "x")]
+    bids = [BidOption("cheapest", "f", "full"), BidOption("next", "d", "dear")]
+    [decision] = assign(jobs=[job("J", sites, bids=bids)], fleets=fleets)
+    assert (decision.outcome, decision.bid_id, decision.fleet_id) == ("bid", "next", "dear")
+
+
 def test_inactive_fleets_get_nothing():
     [decision] = assign(jobs=[job("J", [("s", "gone")])], fleets={})
     assert decision.outcome == "flag"
