@@ -7,7 +7,7 @@ from decimal import Decimal
 from unittest import mock
 
 import pytest
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -217,3 +217,30 @@ def test_a_bid_in_a_batch_wins_at_its_price_and_keeps_its_site_for_the_order(cus
     offered = Offer.objects.filter(job__in=jobs[1:])
     assert offered.count() == 3
     assert site.pk not in {offer.site_id for offer in offered}
+
+
+@pytest.mark.django_db
+def test_a_batch_that_fails_on_one_job_writes_nothing_at_all(customer):
+    # given an order's 4 open jobs, one of them (inconsistently) with a pending offer already,
+    # so the batch's offer INSERT breaks the one-pending-offer-per-job constraint
+    jobs = world(customer, orders=1)
+    site = Site.objects.order_by("pk").first()
+    Offer.objects.create(
+        job=jobs[0],
+        fleet=site.fleet,
+        site=site,
+        score=0,
+        rate_per_hour=Decimal("1"),
+        currency="USD",
+        expires_at=timezone.now() + timedelta(hours=1),
+    )
+    events_before = JobEvent.objects.count()
+    # when the batch runs, it fails
+    with pytest.raises(IntegrityError):
+        jobs_dispatch(job_ids=[job.pk for job in jobs])
+    # then nothing of it stays: no job moved, no offer, no event, no webhook delivery
+    statuses = Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("status", flat=True)
+    assert set(statuses) == {Job.Status.OPEN}
+    assert Offer.objects.count() == 1
+    assert JobEvent.objects.count() == events_before
+    assert not WebhookDelivery.objects.exists()
