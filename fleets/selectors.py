@@ -21,6 +21,10 @@ and its free capacity before the deadline covers the job:
 
 Ties break on the site id, so a dispatch is deterministic. Bids, when there are eligible
 ones, win over the score: lowest price per hour, then earliest finish.
+
+The batch dispatcher reads the same rules for many jobs at once (batch_candidates) and ranks
+with the same score, the headroom taken as the batch's earlier placements leave it
+(fleets/matching.py).
 """
 
 from dataclasses import dataclass
@@ -30,6 +34,7 @@ from decimal import Decimal
 from django.db import connection
 from django.db.models import Count, DecimalField, ExpressionWrapper, F, Q, QuerySet, Sum
 
+from fleets.matching import SAME_ENVIRONMENT_BONUS, W_CHEAPNESS, W_HEADROOM, W_QUALITY
 from fleets.models import (
     JOB_HOLDING_STATES,
     Assignment,
@@ -43,7 +48,6 @@ from fleets.models import (
 from marketplace.models import Organization
 
 SECONDS_PER_WEEK = Decimal(7 * 24 * 3600)
-W_HEADROOM, W_QUALITY, W_CHEAPNESS, SAME_ENVIRONMENT_BONUS = 0.50, 0.35, 0.15, 1.0
 
 
 def fleets_for(*, organization: Organization) -> QuerySet[Fleet]:
@@ -314,3 +318,105 @@ def dispatch_board() -> dict[str, QuerySet[Job]]:
         "collecting": base.filter(status__in=(Job.Status.ASSIGNED, Job.Status.IN_PROGRESS)),
         "held": base.filter(status=Job.Status.HELD),
     }
+
+
+# --- The batch dispatcher's reads (fleets/services/batch_dispatch.py) ----------------------
+
+
+@dataclass
+class BatchCandidates:
+    """A job's eligible sites before capacity: capability, site kind, diversity, exclusions."""
+
+    sites: tuple  # (site_id, fleet_id), by site id; jobs alike share one tuple
+    same_environment: set  # sites this job's environment already uses
+
+
+def _batch_usage(jobs: list[Job]) -> dict:
+    """order_id -> [(job_id, environment_index, site_id)] of the sites its jobs hold or held."""
+    usage: dict = {}
+    rows = (
+        Job.objects.filter(order_id__in={job.order_id for job in jobs}, site_id__isnull=False)
+        .filter(Q(status__in=JOB_HOLDING_STATES) | Q(status=Job.Status.COMPLETED))
+        .values_list("order_id", "pk", "environment_index", "site_id")
+    )
+    for order_id, job_id, environment_index, site_id in rows:
+        usage.setdefault(order_id, []).append((job_id, environment_index, site_id))
+    return usage
+
+
+def _batch_exclusions(job_ids: list) -> dict:
+    """job_id -> fleets that declined, let expire, or went silent on it (two set queries)."""
+    excluded: dict = {}
+    refused = Offer.objects.filter(
+        job_id__in=job_ids, status__in=[Offer.Status.DECLINED, Offer.Status.EXPIRED]
+    ).values_list("job_id", "fleet_id")
+    dropped = Assignment.objects.filter(job_id__in=job_ids, active=False).values_list(
+        "job_id", "fleet_id"
+    )
+    for job_id, fleet_id in [*refused, *dropped]:
+        excluded.setdefault(job_id, set()).add(fleet_id)
+    return excluded
+
+
+def _capable_sites(jobs: list[Job]) -> dict:
+    """(embodiment, end effector, sensors, site kinds) -> [(site_id, fleet_id)] by site id:
+    active sites of active fleets with an active robot that has all of it. One query."""
+    rows = Robot.objects.filter(
+        active=True,
+        site__active=True,
+        fleet__status=Fleet.Status.ACTIVE,
+        embodiment_id__in={job.embodiment_id for job in jobs},
+        end_effector__in={job.end_effector for job in jobs},
+    ).values_list(
+        "site_id", "fleet_id", "embodiment_id", "end_effector", "sensor_slugs", "site__kind"
+    )
+    by_capability: dict = {}
+    for site_id, fleet_id, embodiment_id, end_effector, sensors, kind in rows:
+        by_capability.setdefault((embodiment_id, end_effector), []).append(
+            (site_id, fleet_id, set(sensors or []), kind)
+        )
+    signatures: dict = {}
+    for job in jobs:
+        key = _signature(job)
+        if key in signatures:
+            continue
+        _, _, required, kinds = key
+        found = {
+            site_id: fleet_id
+            for site_id, fleet_id, sensors, kind in by_capability.get(key[:2], [])
+            if (not kinds or kind in kinds) and set(required) <= sensors
+        }
+        signatures[key] = tuple(sorted(found.items(), key=lambda pair: str(pair[0])))
+    return signatures
+
+
+def _signature(job: Job) -> tuple:
+    return (
+        job.embodiment_id,
+        job.end_effector,
+        tuple(sorted(job.sensor_slugs or [])),
+        tuple(sorted(job.site_kinds or [])),
+    )
+
+
+def batch_candidates(*, jobs: list[Job]) -> dict:
+    """job_id -> BatchCandidates for a batch of jobs, in four set queries whatever its size
+    (the same rules as dispatch_candidates, without the capacity: the matcher checks that
+    as it places jobs)."""
+    if not jobs:
+        return {}
+    usage = _batch_usage(jobs)
+    excluded = _batch_exclusions([job.pk for job in jobs])
+    signatures = _capable_sites(jobs)
+    result = {}
+    for job in jobs:
+        other, same = set(), set()
+        for job_id, environment_index, site_id in usage.get(job.order_id, ()):
+            if job_id != job.pk:
+                (same if environment_index == job.environment_index else other).add(site_id)
+        refused = excluded.get(job.pk, set())
+        sites = signatures[_signature(job)]
+        if other or refused:
+            sites = tuple((s, f) for s, f in sites if s not in other and f not in refused)
+        result[job.pk] = BatchCandidates(sites=sites, same_environment=same)
+    return result

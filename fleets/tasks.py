@@ -24,6 +24,15 @@ def job_dispatch(job_id: str) -> str:
 
 
 @shared_task(**task_options())
+def jobs_dispatch(*job_ids: str) -> dict:
+    """A batch of jobs dispatched in one transaction (the sweeper's re-kick of open jobs)."""
+    from fleets.services.batch_dispatch import jobs_dispatch
+
+    results = jobs_dispatch(job_ids=list(job_ids))
+    return {job_id: result.outcome for job_id, result in results.items()}
+
+
+@shared_task(**task_options())
 def order_cancel_jobs(order_id: str) -> int:
     from fleets.services.jobs import order_cancel_jobs
 

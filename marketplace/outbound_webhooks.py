@@ -359,8 +359,15 @@ class AttemptOutcome:
 
 def delivery_record(*, model, url: str, event_type: str, data: dict, **owner):
     """Store one event for one receiver; the caller sends it after commit (its task)."""
+    delivery = delivery_build(model=model, url=url, event_type=event_type, data=data, **owner)
+    delivery.save(force_insert=True)
+    return delivery
+
+
+def delivery_build(*, model, url: str, event_type: str, data: dict, **owner):
+    """One event for one receiver, not saved yet (several are stored with bulk_create)."""
     delivery_id = uuid.uuid4()
-    return model.objects.create(
+    return model(
         id=delivery_id,
         event_type=event_type,
         url=url,

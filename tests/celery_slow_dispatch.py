@@ -23,3 +23,12 @@ def _slow_candidates(*args, **kwargs):
 
 
 selectors.dispatch_candidates = _slow_candidates
+_batch_candidates = selectors.batch_candidates
+
+
+def _slow_batch_candidates(*args, **kwargs):
+    time.sleep(DELAY_SECONDS)
+    return _batch_candidates(*args, **kwargs)
+
+
+selectors.batch_candidates = _slow_batch_candidates

@@ -118,8 +118,9 @@ def dispatch_sweep() -> SweepResult:
             "pk", flat=True
         )[:1000]
     )
-    for job_id in open_jobs:
-        enqueue_on_commit(tasks.job_dispatch, job_id)
+    batch = settings.FLEETS_DISPATCH_BATCH_SIZE
+    for start in range(0, len(open_jobs), batch):  # batch dispatch: one task per batch
+        enqueue_on_commit(tasks.jobs_dispatch, *open_jobs[start : start + batch])
     stuck = outbound_webhooks.deliveries_stuck(
         model=WebhookDelivery, policy=webhook_policy(), now=now
     )

@@ -30,6 +30,26 @@ def webhook_enqueue(*, fleet: Fleet, event_type: str, data: dict) -> WebhookDeli
     return delivery
 
 
+def webhook_enqueue_many(*, events: list[tuple[Fleet, str, dict]]) -> list[WebhookDelivery]:
+    """webhook_enqueue for several (fleet, event_type, data) at once: one INSERT."""
+    deliveries = WebhookDelivery.objects.bulk_create(
+        [
+            outbound_webhooks.delivery_build(
+                model=WebhookDelivery,
+                url=fleet.webhook_url,
+                event_type=event_type,
+                data=data,
+                fleet=fleet,
+            )
+            for fleet, event_type, data in events
+            if fleet.webhook_url
+        ]
+    )
+    for delivery in deliveries:
+        enqueue_on_commit(tasks.webhook_deliver, delivery.pk)
+    return deliveries
+
+
 def webhook_attempt(*, delivery_id) -> outbound_webhooks.AttemptOutcome:
     """One HTTP attempt (outside any transaction), then log it on the delivery."""
     return outbound_webhooks.delivery_attempt(

@@ -1,0 +1,219 @@
+"""The batch dispatcher's assignment, in memory: data in, decisions out (no database).
+
+The dispatcher (fleets/services/dispatch.py) loads a batch of open jobs with everything the
+rules need (each job's eligible sites by capability, site kind, exclusions and the order's
+site usage; the fleets' figures and hours already owed; open bids) and asks `assign` where
+each job goes. The rules are those of one-job-at-a-time dispatch (fleets/selectors.py,
+module docstring), applied as if the jobs were dispatched one after another in the order
+chosen here:
+
+- a job goes to a site of an active fleet whose free capacity before the job's deadline
+  (weekly capacity x weeks until the deadline - hours owed, counting the jobs placed
+  earlier in the batch) covers the job's hours;
+- never to a site another environment of the same order uses (diversity, counting the
+  batch's own placements); a site this environment already uses is preferred;
+- an eligible open bid wins over any offer: the cheapest (then earliest finish) of those
+  whose fleet has the capacity; bid jobs go first;
+- then the most constrained job first (fewest fleets able to take it, then the longest),
+  to the best-ranked fleet: by the dispatch score with the headroom as it stands at that
+  moment (`prefer="score"`), or by headroom alone (`prefer="headroom"`).
+
+Nothing eligible: the job is flagged, as before.
+"""
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+import numpy as np
+
+W_HEADROOM, W_QUALITY, W_CHEAPNESS, SAME_ENVIRONMENT_BONUS = 0.50, 0.35, 0.15, 1.0
+
+
+@dataclass(frozen=True)
+class FleetState:
+    fleet_id: object
+    weekly_capacity: Decimal
+    owed: Decimal  # hours still owed on jobs it holds (offered, assigned, in progress)
+    payout_rate: Decimal
+    quality: Decimal
+
+
+@dataclass(frozen=True)
+class BidOption:
+    bid_id: object
+    site_id: object
+    fleet_id: object
+
+
+@dataclass(frozen=True)
+class JobDemand:
+    job_id: object
+    order_id: object
+    environment_index: int
+    hours: Decimal
+    weeks: Decimal  # weeks until the job's deadline
+    sites: tuple  # eligible (site_id, fleet_id) by capability, kind, exclusions, usage
+    same_environment_sites: frozenset = frozenset()
+    bids: tuple = ()  # BidOption, best first
+    rank: tuple = ()  # tie-break between equally constrained jobs (e.g. order, sequence)
+
+
+@dataclass(frozen=True)
+class Decision:
+    job_id: object
+    outcome: str  # "bid", "offer", "flag"
+    site_id: object = None
+    fleet_id: object = None
+    score: float = 0.0
+    bid_id: object = None
+
+
+class _State:
+    """Fleet figures as arrays (one index per fleet), the hours owed as the batch places jobs
+    (exact Decimal, with a float copy for the vectorised ranking), and the batch's own site
+    usage per order."""
+
+    def __init__(self, fleets: dict):
+        self.fleets = fleets
+        self.index = {fleet_id: i for i, fleet_id in enumerate(fleets)}
+        values = list(fleets.values())
+        self.weekly = np.array([float(f.weekly_capacity) for f in values])
+        self.rate = np.array([float(f.payout_rate) for f in values])
+        self.quality = np.array([float(f.quality) for f in values])
+        self.owed_float = np.array([float(f.owed) for f in values])
+        self.owed = {fleet_id: f.owed for fleet_id, f in fleets.items()}
+        self.usage: dict = {}  # order_id -> {site_id: {environment_index}} placed in the batch
+        self._arrays: dict = {}
+
+    def free(self, fleet_id, weeks: Decimal) -> Decimal:
+        return self.fleets[fleet_id].weekly_capacity * weeks - self.owed[fleet_id]
+
+    def site_open(self, job: JobDemand, site_id) -> bool:
+        envs = self.usage.get(job.order_id, {}).get(site_id)
+        return not envs or envs == {job.environment_index}
+
+    def take(self, job: JobDemand, site_id, fleet_id) -> None:
+        self.owed[fleet_id] += job.hours
+        self.owed_float[self.index[fleet_id]] += float(job.hours)
+        self.usage.setdefault(job.order_id, {}).setdefault(site_id, set()).add(
+            job.environment_index
+        )
+
+    def arrays(self, sites: tuple) -> tuple:
+        """(candidates kept, fleet index per candidate, site -> position) of a candidate list,
+        computed once per list (jobs alike share theirs); inactive fleets' sites left out."""
+        cached = self._arrays.get(id(sites))
+        if cached is None or cached[0] is not sites:
+            kept = sorted(((s, f) for s, f in sites if f in self.index), key=_site_order)
+            fleet_index = np.array([self.index[f] for _, f in kept], dtype=np.int64)
+            positions = {s: i for i, (s, _) in enumerate(kept)}
+            cached = (sites, kept, fleet_index, positions)
+            self._arrays[id(sites)] = cached
+        return cached[1:]
+
+
+def _site_order(pair: tuple) -> str:
+    return str(pair[0])
+
+
+def _constrainedness_key(jobs: list[JobDemand]):
+    """Bid jobs first, then fewest fleets able to take the job, longest, by rank."""
+    fleet_counts: dict = {}
+
+    def key(job: JobDemand) -> tuple:
+        fleets = fleet_counts.get(id(job.sites))
+        if fleets is None:
+            fleets = fleet_counts[id(job.sites)] = len({f for _, f in job.sites})
+        return (0 if job.bids else 1, fleets, -job.hours, job.rank, str(job.job_id))
+
+    return key
+
+
+def assign(
+    *, jobs: list[JobDemand], fleets: dict, prefer: str = "score", order: str = "constrained"
+) -> list[Decision]:
+    """Where each job goes, in the order the decisions were taken.
+
+    fleets: fleet_id -> FleetState (active fleets only). `JobDemand.sites` already leaves out
+    what the database says (other environments' sites, excluded fleets); the batch's own
+    placements are tracked here. order="given" keeps the jobs' order (the greedy
+    one-at-a-time dispatch, for comparison); prefer: "score" or "headroom" (module docstring).
+    """
+    state = _State(fleets)
+    ordered = list(jobs) if order == "given" else sorted(jobs, key=_constrainedness_key(jobs))
+    decisions = []
+    for job in ordered:
+        decision = _bid_decision(job, state) or _offer_decision(job, state, prefer)
+        if decision.outcome != "flag":
+            state.take(job, decision.site_id, decision.fleet_id)
+        decisions.append(decision)
+    return decisions
+
+
+def _bid_decision(job: JobDemand, state: _State) -> Decision | None:
+    """The best eligible bid whose fleet has the capacity (as one-job dispatch, which ranks
+    only bids on sites that pass its capacity filter); None: an offer instead."""
+    for bid in job.bids:
+        if bid.fleet_id not in state.fleets or not state.site_open(job, bid.site_id):
+            continue
+        if state.free(bid.fleet_id, job.weeks) >= job.hours:
+            return Decision(job.job_id, "bid", bid.site_id, bid.fleet_id, bid_id=bid.bid_id)
+    return None
+
+
+def _offer_decision(job: JobDemand, state: _State, prefer: str) -> Decision:
+    """The best-ranked feasible site, vectorised over the job's candidates. Feasibility is
+    decided exactly (Decimal): the float pre-check only has a tolerance, and the chosen
+    site is checked again before it is taken."""
+    kept, fleet_index, positions = state.arrays(job.sites)
+    if not kept:
+        return Decision(job.job_id, "flag")
+    hours = float(job.hours)
+    capacity = state.weekly[fleet_index] * float(job.weeks)
+    free = capacity - state.owed_float[fleet_index]
+    ok = free >= hours - 1e-6
+    same = np.zeros(len(kept), dtype=bool)
+    for site_id in job.same_environment_sites:
+        if site_id in positions:
+            same[positions[site_id]] = True
+    for site_id, envs in state.usage.get(job.order_id, {}).items():
+        position = positions.get(site_id)
+        if position is None:
+            continue
+        if envs != {job.environment_index}:
+            ok[position] = False  # another environment of the order holds it
+        else:
+            same[position] = True
+    while ok.any():
+        value = _scores(state, fleet_index, ok, free, capacity, hours, same)
+        if prefer == "headroom":
+            spare = free - hours
+            rank = np.where(same, 2.0, 0.0) + spare / (1.0 + np.abs(spare).max())
+        else:
+            rank = value
+        i = int(np.argmax(np.where(ok, rank, -np.inf)))  # first of equals: lowest site id
+        site_id, fleet_id = kept[i]
+        if state.free(fleet_id, job.weeks) >= job.hours:
+            return Decision(job.job_id, "offer", site_id, fleet_id, score=float(value[i]))
+        ok[i] = False
+    return Decision(job.job_id, "flag")
+
+
+def _scores(state, fleet_index, ok, free, capacity, hours, same) -> np.ndarray:
+    """The dispatch score of every candidate (fleets/selectors.py module docstring)."""
+    rate = state.rate[fleet_index]
+    top_rate = rate[ok].max()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        headroom = np.where(capacity > 0, (free - hours) / capacity, 0.0)
+    cheapness = 1.0 - rate / top_rate if top_rate else np.ones(len(rate))
+    return (
+        W_HEADROOM * np.clip(headroom, 0.0, 1.0)
+        + W_QUALITY * state.quality[fleet_index]
+        + W_CHEAPNESS * cheapness
+        + np.where(same, SAME_ENVIRONMENT_BONUS, 0.0)
+    )
+
+
+def placed_hours(jobs: list[JobDemand], decisions: list[Decision]) -> Decimal:
+    hours = {job.job_id: job.hours for job in jobs}
+    return sum((hours[d.job_id] for d in decisions if d.outcome != "flag"), Decimal(0))
