@@ -1,7 +1,9 @@
 """Real MP4 files for the video tests, encoded with PyAV in the test (no fixtures on disk)."""
 
 import io
+import tempfile
 from fractions import Fraction
+from pathlib import Path
 
 import av
 import numpy as np
@@ -34,12 +36,23 @@ def encode_mp4(
     codec: str = "h264",
     pts_of=None,
     seed: int = 0,
+    faststart: bool = False,
 ) -> bytes:
     """An MP4 of `frames` (RGB uint8 arrays; default: `count` moving frames). `pts_of(i)`
     places frame i at another time than i/fps (in 1/(fps*100) s units) for timing defects."""
     frames = moving_frames(count, width, height, seed) if frames is None else frames
+    if faststart:  # the index first: the muxer rewrites the file, so it needs a real one
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "video.mp4"
+            _encode(path, frames, fps, width, height, codec, pts_of, {"movflags": "faststart"})
+            return path.read_bytes()
     sink = io.BytesIO()
-    with av.open(sink, mode="w", format="mp4") as container:
+    _encode(sink, frames, fps, width, height, codec, pts_of, {})
+    return sink.getvalue()
+
+
+def _encode(sink, frames, fps, width, height, codec, pts_of, options) -> None:
+    with av.open(sink, mode="w", format="mp4", options=options) as container:
         stream = container.add_stream(CODECS[codec], rate=fps)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         if codec == "h264":
@@ -57,4 +70,3 @@ def encode_mp4(
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
-    return sink.getvalue()
