@@ -81,7 +81,7 @@ def synthetic_view(*, frames: int, fps: int, width: int, height: int, seed: int 
             pixels = exposures[index % len(exposures)].copy()
             x = int((width - side) * (0.5 + 0.45 * np.sin(index * 2.0 / fps)))
             y = int((height - side) * (0.5 + 0.45 * np.cos(index * 1.3 / fps)))
-            pixels[y : y + side, x : x + side] = (210, 70, 50)
+            pixels[y : y + side, x : x + side] = (240, 230, 90)  # bright in luma too
             frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
             for packet in stream.encode(frame):
                 container.mux(packet)

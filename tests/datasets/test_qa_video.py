@@ -57,7 +57,7 @@ def test_a_file_that_is_not_a_video_is_unreadable(tmp_path):
 def test_a_truncated_video_does_not_decode(tmp_path):
     data = encode_mp4(count=90, faststart=True)
     result, _ = check(tmp_path, data[: len(data) * 2 // 3], frames=90)
-    assert codes(result) and codes(result)[0] in (Reason.VIDEO_DECODE_ERROR,), result.failures
+    assert codes(result) == [Reason.VIDEO_DECODE_ERROR], result.failures
 
 
 def test_another_codec_is_refused(tmp_path):
@@ -130,7 +130,7 @@ def test_a_long_black_stretch_is_refused_and_a_short_one_allowed(tmp_path):
 
 def test_a_long_frozen_stretch_is_refused_and_a_short_one_allowed(tmp_path):
     limits = VideoLimits(max_still_seconds=1.0)
-    long = _with_stretch(90, 20, 60, lambda frames, i: frames[19])
+    long = _with_stretch(90, 20, 75, lambda frames, i: frames[19])  # 1.8 s
     result, _ = check(tmp_path, encode_mp4(long), frames=90, limits=limits)
     assert codes(result) == [Reason.VIDEO_FROZEN], result.failures
     short = _with_stretch(90, 20, 40, lambda frames, i: frames[19])

@@ -22,7 +22,7 @@ def moving_frames(count: int, width: int, height: int, seed: int = 0):
         frame = base + rng.normal(0, 3, base.shape)
         x = int((index * 7) % max(1, width - 40))
         y = int(height // 3 + 20 * np.sin(index / 5))
-        frame[y : y + 40, x : x + 40] = (220, 60, 40)
+        frame[y : y + 40, x : x + 40] = (240, 230, 90)  # bright: it shows in luma
         yield np.clip(frame, 0, 255).astype(np.uint8)
 
 
