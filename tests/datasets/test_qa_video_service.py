@@ -196,3 +196,17 @@ def test_low_dim_sensor_columns_are_checked_like_the_state(
         assert episode.status == Episode.Status.REJECTED
         assert failure_codes(episode) == [reason]
         assert "observation.force_torque" in episode.qa_failures[0]["message"]
+
+
+def test_the_qa_time_limit_covers_the_videos(cameras, settings, django_capture_on_commit_callbacks):
+    """The QA time limit (in the sandbox) bounds the whole episode, its videos included."""
+    settings.EPISODE_QA_SANDBOX = True
+    frames = 600
+    data = parquet_bytes(episode_table(frames=frames))
+    video = encode_mp4(count=frames, seed=1)
+    videos = {SCENE: video, WRIST: video}
+    episode_id = upload_all(cameras, data, videos)
+    settings.EPISODE_QA_TIME_LIMIT_SECONDS = 0.01
+    episode = complete(cameras.operator.client, episode_id, django_capture_on_commit_callbacks)
+    assert episode.status == Episode.Status.REJECTED
+    assert failure_codes(episode)[0] == "qa_time_limit"
