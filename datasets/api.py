@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from datasets import selectors
-from datasets.models import Delivery, DeliveryFile, Episode
+from datasets.models import Delivery, DeliveryFile, Episode, EpisodeVideo
 from datasets.services.deliveries import pilot_review
 from datasets.services.downloads import delivery_download_link, delivery_revoke
 from datasets.services.episodes import (
@@ -116,6 +116,26 @@ class QAFailureSerializer(serializers.Serializer):
     message = serializers.CharField()
 
 
+class EpisodeVideoSerializer(serializers.ModelSerializer):
+    """One camera's video: as declared, and what QA measured once it ran."""
+
+    class Meta:
+        model = EpisodeVideo
+        fields = [
+            "camera_key",
+            "size_bytes",
+            "sha256",
+            "uploaded_at",
+            "codec",
+            "pix_fmt",
+            "width",
+            "height",
+            "frames",
+            "fps",
+        ]
+        read_only_fields = fields
+
+
 class EpisodeSerializer(serializers.ModelSerializer):
     job = serializers.UUIDField(source="job_id", read_only=True)
     site = serializers.UUIDField(source="site_id", read_only=True)
@@ -144,6 +164,16 @@ class EpisodeSerializer(serializers.ModelSerializer):
             "uploaded_at",
             "decided_at",
         ]
+        read_only_fields = fields
+
+
+class EpisodeDetailSerializer(EpisodeSerializer):
+    """One episode with its camera videos (the list leaves them out: one query per page)."""
+
+    videos = EpisodeVideoSerializer(many=True, read_only=True)
+
+    class Meta(EpisodeSerializer.Meta):
+        fields = [*EpisodeSerializer.Meta.fields, "videos"]
         read_only_fields = fields
 
 
@@ -222,7 +252,7 @@ class JobEpisodeListCreate(FleetOperatorApi, generics.ListAPIView):
 
 
 class EpisodeDetail(FleetOperatorApi, generics.RetrieveAPIView):
-    serializer_class = EpisodeSerializer
+    serializer_class = EpisodeDetailSerializer
 
     def get_queryset(self):
         return selectors.episodes_of_fleet(organization=self.organization)

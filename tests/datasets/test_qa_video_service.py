@@ -89,6 +89,10 @@ def test_a_good_multi_camera_episode_is_accepted_and_measured(
         assert video.stored_key.endswith(f"/videos/{video.camera_key.split('.')[-1]}.mp4")
         assert storage.object_sha256(video.stored_key) == video.sha256
     assert episode.qa_bytes_read >= sum(len(v) for v in videos.values())
+    shown = cameras.operator.client.get(f"/api/v1/fleet/episodes/{episode.id}").json()
+    listed = {v["camera_key"]: v for v in shown["videos"]}
+    assert listed[WRIST]["codec"] == "av1" and listed[WRIST]["frames"] == FRAMES
+    assert listed[SCENE]["uploaded_at"] is not None
 
 
 def test_a_camera_file_missing_from_storage_rejects_the_episode(
