@@ -219,14 +219,17 @@ def finish_files(
 
 
 def complete_multipart(key: str, upload_id: str, parts: list[dict]) -> None:
-    """storage.multipart_complete; a refusal is the caller's 400, an outage propagates."""
+    """storage.multipart_complete; a refusal is the caller's 400 (unless the object is there:
+    completed by an earlier call whose answer was lost or rolled back), an outage propagates."""
     try:
         storage.multipart_complete(
             key=key,
             upload_id=upload_id,
             parts=[{"PartNumber": p["part_number"], "ETag": p["etag"]} for p in parts],
         )
-    except storage.StorageUnavailable:
-        raise
     except storage.StorageError as exc:
+        if storage.exists(key):  # storage down: this raises StorageUnavailable too (503)
+            return
+        if isinstance(exc, storage.StorageUnavailable):
+            raise
         raise invalid("parts", f"The storage refused to complete the upload: {exc}") from exc

@@ -243,3 +243,32 @@ def test_an_abandoned_episode_aborts_its_videos_multipart_uploads(
     episode = Episode.objects.get(pk=body["id"])
     assert episode.status == Episode.Status.REJECTED
     assert episode.qa_failures[0]["code"] == "upload_abandoned"
+
+
+def test_completing_an_already_completed_multipart_upload_again_is_harmless(
+    collection, settings, files, django_capture_on_commit_callbacks
+):
+    """A multipart upload completed in storage whose answer was lost (or whose transaction
+    rolled back) completes again without a 400."""
+    settings.EPISODE_MULTIPART_THRESHOLD_BYTES = 12_000
+    settings.EPISODE_MULTIPART_PART_BYTES = 6_000
+    data, _ = files
+    videos = {SCENE: encode_mp4(count=60, seed=3), WRIST: encode_mp4(count=60, seed=4)}
+    body = collection.register(data, videos=declared(videos)).json()
+    by_camera = uploads_by_camera(body["upload"])
+    assert put(body["upload"], data) == 200
+    parts = {key: _put_parts(by_camera[key], videos[key]) for key in (SCENE, WRIST)}
+    scene = EpisodeVideo.objects.get(camera_key=SCENE)
+    storage.multipart_complete(
+        key=scene.upload_key,
+        upload_id=scene.multipart_upload_id,
+        parts=[{"PartNumber": p["part_number"], "ETag": p["etag"]} for p in parts[SCENE]],
+    )
+    done = complete_call(
+        collection,
+        body["id"],
+        django_capture_on_commit_callbacks,
+        videos=[{"camera_key": key, "parts": parts[key]} for key in (SCENE, WRIST)],
+    )
+    assert done.status_code == 200, done.json()
+    assert storage.object_sha256(scene.upload_key) == scene.sha256
