@@ -452,11 +452,11 @@ class FleetAgent:
             self._order_fps[job["order"]] = order_fps
             return self.collect_and_upload(job, missing_seconds)
         episode_id = registered["id"]
-        parts = self._put(episode_id, registered["upload"], episode)
-        video_parts = uploads.put_videos(self.client, registered["upload"], videos)
-        self._uploads[episode_id] = _Upload(
-            job["id"], episode.duration_seconds, defect, parts, video_parts
+        parts, video_parts = uploads.put_all(
+            self.client, episode_id, registered["upload"], episode.data, videos
         )
+        upload = _Upload(job["id"], episode.duration_seconds, defect, parts, video_parts)
+        self._uploads[episode_id] = upload
         self.summary.episodes_uploaded += 1
         self.summary.uploads_by_method[registered["upload"]["method"]] += 1
         if defect:
@@ -475,19 +475,8 @@ class FleetAgent:
         return episode_id
 
     def _put(self, episode_id: str, upload: dict, episode: Episode) -> list[dict] | None:
-        """Send the bytes as instructed; renew the URLs once if storage refuses them."""
-        for attempt in range(2):
-            try:
-                if upload["method"] == "single":
-                    self.client.put_bytes(upload["url"], episode.data, upload["headers"])
-                    return None
-                return self.client.put_parts(upload, episode.data)
-            except ApiError as exc:
-                if attempt or exc.status not in (400, 403):
-                    raise
-                log.info("storage refused the upload (%s): renewing its URLs", exc)
-                upload = self.client.renew_upload(episode_id)
-        return None  # unreachable
+        """Send the parquet as instructed; renew the URLs once if storage refuses them."""
+        return uploads.put_all(self.client, episode_id, upload, episode.data, {})[0]
 
     # --- running --------------------------------------------------------------------------
 

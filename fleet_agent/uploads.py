@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 
 import numpy as np
 
+from fleet_agent.client import ApiError
 from fleet_agent.episodes import Episode
+
+log = logging.getLogger("fleet_agent")
 
 
 def cameras_of(job: dict) -> list[dict]:
@@ -57,6 +61,28 @@ def put_videos(client, upload: dict, videos: dict[str, bytes]) -> list[dict]:
             parts = client.put_parts(video, data)
             completed.append({"camera_key": video["camera_key"], "parts": parts})
     return completed
+
+
+def put_all(
+    client, episode_id: str, upload: dict, data: bytes, videos: dict[str, bytes]
+) -> tuple[list[dict] | None, list[dict]]:
+    """PUT the parquet and every video as `upload` (the registration's) says; if storage
+    refuses a URL (expired), renew once (the platform renews every file not completed: fresh
+    keys for all) and PUT them all again. The parquet's multipart parts and the videos'."""
+    for attempt in range(2):
+        try:
+            if upload["method"] == "single":
+                client.put_bytes(upload["url"], data, upload["headers"])
+                parts = None
+            else:
+                parts = client.put_parts(upload, data)
+            return parts, put_videos(client, upload, videos)
+        except ApiError as exc:
+            if attempt or exc.status not in (400, 403):
+                raise
+            log.info("storage refused the upload (%s): renewing its URLs", exc)
+            upload = client.renew_upload(episode_id)
+    raise AssertionError("unreachable")
 
 
 def synthetic_view(*, frames: int, fps: int, width: int, height: int, seed: int = 0) -> bytes:

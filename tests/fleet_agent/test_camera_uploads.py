@@ -106,3 +106,45 @@ def test_put_videos_sends_single_puts_and_returns_multipart_parts():
     parts = put_videos(client, upload, {CAMERAS[0]: b"abc", CAMERAS[1]: b"defgh"})
     assert client.puts == [("u0", 3), (CAMERAS[1], "parts")]
     assert parts == [{"camera_key": CAMERAS[1], "parts": [{"part_number": 1, "etag": '"e"'}]}]
+
+
+class _Expiring(_Recorder):
+    """Storage refuses the first video URL (expired); renewing gives fresh URLs for all."""
+
+    def __init__(self):
+        super().__init__()
+        self.renewed = 0
+
+    def put_bytes(self, url, data, headers):
+        from fleet_agent.client import ApiError
+
+        self.puts.append((url, len(data)))
+        if url == "v-old":
+            raise ApiError(403, "http_error", "Request has expired")
+
+    def renew_upload(self, episode_id):
+        self.renewed += 1
+        return {
+            "method": "single",
+            "url": "p-new",
+            "headers": {},
+            "videos": [
+                {"camera_key": CAMERAS[0], "method": "single", "url": "v-new", "headers": {}}
+            ],
+        }
+
+
+def test_a_refused_video_url_renews_and_resends_every_file():
+    from fleet_agent.uploads import put_all
+
+    client = _Expiring()
+    upload = {
+        "method": "single",
+        "url": "p-old",
+        "headers": {},
+        "videos": [{"camera_key": CAMERAS[0], "method": "single", "url": "v-old", "headers": {}}],
+    }
+    parts, video_parts = put_all(client, "e1", upload, b"parquet", {CAMERAS[0]: b"mp4"})
+    assert (parts, video_parts) == (None, [])
+    assert client.renewed == 1
+    assert [url for url, _ in client.puts] == ["p-old", "v-old", "p-new", "v-new"]
