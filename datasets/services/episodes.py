@@ -15,19 +15,13 @@ from datasets.error_codes import ErrorCode
 from datasets.models import Episode
 from datasets.qa_checks import Reason
 from datasets.services import episode_files
-from datasets.services.episode_files import (
-    SHA256_HEX,
-    UploadInstructions,
-    UploadPart,
-    VideoDeclaration,
-)
+from datasets.services.episode_files import SHA256_HEX, UploadInstructions, VideoDeclaration
 from fleets.models import Job, Robot
 from fleets.services.jobs import job_report_progress
 from marketplace.errors import Conflict, NotFound, ServiceUnavailable, invalid
 from marketplace.models import Organization
 from marketplace.queueing import enqueue_on_commit
 
-__all__ = ["UploadInstructions", "UploadPart", "VideoDeclaration"]  # re-exported
 OPERATOR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 WORKING_JOB_STATES = (Job.Status.ASSIGNED, Job.Status.IN_PROGRESS)
 logger = logging.getLogger(__name__)
