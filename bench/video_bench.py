@@ -106,11 +106,11 @@ def upload(episodes: int, frames: int, width: int, height: int) -> None:
     from datasets import storage
     from datasets.episode_format import episode_table, parquet_bytes
     from fleet_agent.cameras import encode_frames
-    from tests.datasets.videos import moving_frames
+    from tests.datasets.videos import square_frames
 
     sources = {
         (key, n): encode_frames(
-            moving_frames(frames, width=width, height=height, seed=7 * number + n),
+            square_frames(frames, width=width, height=height, seed=7 * number + n),
             fps=FPS,
             width=width,
             height=height,

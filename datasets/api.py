@@ -8,12 +8,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from datasets import selectors
-from datasets.models import Delivery, DeliveryFile, Episode
+from datasets.models import Delivery, DeliveryFile, Episode, EpisodeVideo
 from datasets.services.deliveries import pilot_review
 from datasets.services.downloads import delivery_download_link, delivery_revoke
 from datasets.services.episodes import (
     EpisodeRegistration,
     UploadInstructions,
+    VideoDeclaration,
     episode_complete,
     episode_register,
     episode_renew_upload,
@@ -28,6 +29,14 @@ from marketplace.throttling import CallerRateThrottle
 from orders.selectors import order_list
 
 # --- Fleets: episodes ------------------------------------------------------------------------
+
+
+class VideoDeclarationSerializer(serializers.Serializer):
+    camera_key = serializers.CharField(
+        max_length=120, help_text="observation.images.<name>, one of the job's stream_spec cameras."
+    )
+    size_bytes = serializers.IntegerField(min_value=1)
+    sha256 = serializers.RegexField(r"^[0-9a-f]{64}$", help_text="SHA-256 of the MP4, hex.")
 
 
 class EpisodeRegisterSerializer(serializers.Serializer):
@@ -45,6 +54,13 @@ class EpisodeRegisterSerializer(serializers.Serializer):
     objects_handled = serializers.ListField(
         child=serializers.CharField(max_length=100), required=False, default=list, max_length=50
     )
+    videos = VideoDeclarationSerializer(
+        many=True,
+        required=False,
+        default=list,
+        max_length=32,
+        help_text="One MP4 per camera of the job's stream spec (none when it has no cameras).",
+    )
 
     def to_registration(self) -> EpisodeRegistration:
         data = self.validated_data
@@ -59,6 +75,7 @@ class EpisodeRegisterSerializer(serializers.Serializer):
             sha256=data["sha256"],
             frames=data["frames"],
             objects_handled=tuple(data["objects_handled"]),
+            videos=tuple(VideoDeclaration(**video) for video in data["videos"]),
         )
 
 
@@ -71,7 +88,7 @@ class UploadPartSerializer(serializers.Serializer):
     headers = serializers.DictField(child=serializers.CharField())
 
 
-class UploadSerializer(serializers.Serializer):
+class FileUploadSerializer(serializers.Serializer):
     method = serializers.ChoiceField(choices=UPLOAD_METHODS)
     expires_at = serializers.DateTimeField()
     url = serializers.CharField(allow_blank=True, help_text="single: PUT the file here.")
@@ -84,9 +101,39 @@ class UploadSerializer(serializers.Serializer):
     parts = UploadPartSerializer(many=True)
 
 
+class VideoUploadSerializer(FileUploadSerializer):
+    camera_key = serializers.CharField()
+
+
+class UploadSerializer(FileUploadSerializer):
+    videos = VideoUploadSerializer(
+        many=True, help_text="Each camera's video: its own URL(s), like the parquet's."
+    )
+
+
 class QAFailureSerializer(serializers.Serializer):
     code = serializers.CharField()
     message = serializers.CharField()
+
+
+class EpisodeVideoSerializer(serializers.ModelSerializer):
+    """One camera's video: as declared, and what QA measured once it ran."""
+
+    class Meta:
+        model = EpisodeVideo
+        fields = [
+            "camera_key",
+            "size_bytes",
+            "sha256",
+            "uploaded_at",
+            "codec",
+            "pix_fmt",
+            "width",
+            "height",
+            "frames",
+            "fps",
+        ]
+        read_only_fields = fields
 
 
 class EpisodeSerializer(serializers.ModelSerializer):
@@ -120,6 +167,16 @@ class EpisodeSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class EpisodeDetailSerializer(EpisodeSerializer):
+    """One episode with its camera videos (the list leaves them out: one query per page)."""
+
+    videos = EpisodeVideoSerializer(many=True, read_only=True)
+
+    class Meta(EpisodeSerializer.Meta):
+        fields = [*EpisodeSerializer.Meta.fields, "videos"]
+        read_only_fields = fields
+
+
 class EpisodeRegisteredSerializer(EpisodeSerializer):
     upload = UploadSerializer(read_only=True)
 
@@ -128,20 +185,23 @@ class EpisodeRegisteredSerializer(EpisodeSerializer):
         read_only_fields = fields
 
 
+def _file_json(instructions: UploadInstructions) -> dict:
+    return {
+        "method": instructions.method,
+        "expires_at": instructions.expires_at,
+        "url": instructions.url,
+        "headers": instructions.headers,
+        "part_size": instructions.part_size,
+        "parts": [
+            {"part_number": p.part_number, "url": p.url, "headers": p.headers}
+            for p in instructions.parts
+        ],
+    }
+
+
 def _upload_json(instructions: UploadInstructions) -> dict:
-    return UploadSerializer(
-        {
-            "method": instructions.method,
-            "expires_at": instructions.expires_at,
-            "url": instructions.url,
-            "headers": instructions.headers,
-            "part_size": instructions.part_size,
-            "parts": [
-                {"part_number": p.part_number, "url": p.url, "headers": p.headers}
-                for p in instructions.parts
-            ],
-        }
-    ).data
+    videos = [_file_json(video) | {"camera_key": video.camera_key} for video in instructions.videos]
+    return UploadSerializer(_file_json(instructions) | {"videos": videos}).data
 
 
 @extend_schema_view(
@@ -192,7 +252,7 @@ class JobEpisodeListCreate(FleetOperatorApi, generics.ListAPIView):
 
 
 class EpisodeDetail(FleetOperatorApi, generics.RetrieveAPIView):
-    serializer_class = EpisodeSerializer
+    serializer_class = EpisodeDetailSerializer
 
     def get_queryset(self):
         return selectors.episodes_of_fleet(organization=self.organization)
@@ -212,8 +272,16 @@ class CompletedPartSerializer(serializers.Serializer):
     etag = serializers.CharField(max_length=200)
 
 
+class CompletedVideoSerializer(serializers.Serializer):
+    camera_key = serializers.CharField(max_length=120)
+    parts = CompletedPartSerializer(many=True, max_length=10000)
+
+
 class EpisodeCompleteSerializer(serializers.Serializer):
     parts = CompletedPartSerializer(many=True, required=False, max_length=10000)
+    videos = CompletedVideoSerializer(
+        many=True, required=False, max_length=32, help_text="Multipart videos: their parts."
+    )
 
 
 class EpisodeComplete(FleetOperatorApi, APIView):
@@ -229,6 +297,10 @@ class EpisodeComplete(FleetOperatorApi, APIView):
             organization=self.organization,
             episode_id=pk,
             parts=serializer.validated_data.get("parts"),
+            video_parts={
+                video["camera_key"]: video["parts"]
+                for video in serializer.validated_data.get("videos", [])
+            },
         )
         return Response(EpisodeSerializer(episode).data)
 

@@ -23,6 +23,10 @@ class ErrorCode(models.TextChoices):
         "job_fully_booked",
         "The job's remaining time is covered by episodes already on the way.",
     )
+    EPISODE_FILES_MISSING = (
+        "episode_files_missing",
+        "Not every file of the episode (parquet, camera videos) is uploaded yet.",
+    )
     EPISODE_NOT_AWAITING_UPLOAD = (
         "episode_not_awaiting_upload",
         "The episode's file can no longer change.",

@@ -60,6 +60,20 @@ class Reason:
     QA_TIME_LIMIT = "qa_time_limit"
     QA_MEMORY_LIMIT = "qa_memory_limit"
     QA_FAILED = "qa_failed"
+    # Camera videos (datasets/qa_video_checks.py), one MP4 per ordered camera.
+    SENSOR_MISSING = "sensor_missing"  # an ordered vector stream's column (force/torque, ...)
+    VIDEO_MISSING = "video_missing"
+    VIDEO_UNREADABLE = "video_unreadable"
+    VIDEO_DECODE_ERROR = "video_decode_error"
+    VIDEO_CODEC = "video_codec"
+    VIDEO_FPS_MISMATCH = "video_fps_mismatch"
+    VIDEO_VARIABLE_FRAME_RATE = "video_variable_frame_rate"
+    VIDEO_TIMESTAMPS = "video_timestamps"
+    VIDEO_FRAME_COUNT = "video_frame_count"
+    VIDEO_RESOLUTION = "video_resolution"
+    VIDEO_LENGTHS_DIFFER = "video_lengths_differ"
+    VIDEO_BLACK = "video_black"
+    VIDEO_FROZEN = "video_frozen"
     # Countable: the file is fine, but it cannot count (datasets/services/qa.py).
     DUPLICATE = "duplicate"
     SURPLUS = "surplus"
@@ -92,6 +106,13 @@ class EpisodeExpectation:
     fps_tolerance: float = 0.05  # relative
     min_frames: int = 2
     declared_frames: int | None = None  # rows the fleet said the file has (registration)
+    # The order's low-dim sensor streams (stream spec "vectors"): (column, length), checked
+    # like the state: present, float vectors of that length, finite.
+    vectors: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def vector_dims(self) -> dict[str, int]:
+        return {STATE: self.action_dim, ACTION: self.action_dim, **dict(self.vectors)}
 
     @property
     def max_frames(self) -> int:
@@ -114,6 +135,7 @@ class QAResult:
     duration_seconds: Decimal = Decimal("0")
     bytes_read: int = 0  # parquet bytes fetched by range (footer + checked columns)
     checksum_bytes_read: int = 0  # bytes streamed to verify the checksum, if the store has none
+    videos: dict = field(default_factory=dict)  # camera_key -> what video QA measured
 
     @property
     def passed(self) -> bool:
@@ -168,7 +190,7 @@ def check_episode_file(
         return result
 
     schema = parquet.schema_arrow
-    if not _check_schema(schema, result):
+    if not _check_schema(schema, result, expected):
         return result
     frames = parquet.metadata.num_rows
     result.frames = frames
@@ -180,7 +202,8 @@ def check_episode_file(
 
     scan = _Scan(expected=expected, result=result)
     try:
-        for batch in parquet.iter_batches(batch_size=limits.batch_rows, columns=list(QA_COLUMNS)):
+        columns = [*QA_COLUMNS, *(name for name, _ in expected.vectors)]
+        for batch in parquet.iter_batches(batch_size=limits.batch_rows, columns=columns):
             scan.feed(pa.Table.from_batches([batch]))
             if len(result.failures) >= 5:
                 break  # enough to tell the fleet what is wrong
@@ -268,9 +291,10 @@ def _layout_within_limits(
 
 def _declared_sizes_within_limits(meta, expected, limits: QALimits, result: QAResult) -> bool:
     leaf_of = {}
+    dims = expected.vector_dims
     for index in range(meta.num_columns):
         path = meta.schema.column(index).path
-        for name in QA_COLUMNS:
+        for name in (*QA_COLUMNS, *(name for name, _ in expected.vectors)):
             if path == name or path.startswith(name + "."):
                 leaf_of[index] = name
     group_rows = 0
@@ -281,7 +305,7 @@ def _declared_sizes_within_limits(meta, expected, limits: QALimits, result: QARe
         for index, name in leaf_of.items():
             chunk = row_group.column(index)
             decoded += chunk.total_uncompressed_size
-            per_row = expected.action_dim if name in (STATE, ACTION) else 1
+            per_row = dims.get(name, 1)
             if chunk.num_values > row_group.num_rows * per_row:
                 result.fail(
                     Reason.VECTOR_LENGTH,
@@ -311,12 +335,18 @@ def _is_float_vector(arrow_type) -> bool:
     return False
 
 
-def _check_schema(schema: pa.Schema, result: QAResult) -> bool:
+def _check_schema(schema: pa.Schema, result: QAResult, expected: EpisodeExpectation) -> bool:
     missing = [name for name in QA_COLUMNS if name not in schema.names]
     if missing:
         result.fail(Reason.MISSING_COLUMN, f"Missing column(s): {', '.join(missing)}.")
         return False
-    for name in (STATE, ACTION):
+    sensors = [name for name, _ in expected.vectors if name not in schema.names]
+    if sensors:
+        result.fail(
+            Reason.SENSOR_MISSING, f"The ordered sensor column(s) {', '.join(sensors)} are missing."
+        )
+        return False
+    for name in (STATE, ACTION, *(name for name, _ in expected.vectors)):
         if not _is_float_vector(schema.field(name).type):
             result.fail(
                 Reason.BAD_DTYPE,
@@ -352,23 +382,23 @@ class _Scan:
             self.result.fail(code, message)
 
     def feed(self, table: pa.Table) -> None:
-        for name in (STATE, ACTION):
-            self._check_vectors(name, table.column(name).combine_chunks())
+        for name, dim in self.expected.vector_dims.items():
+            self._check_vectors(name, table.column(name).combine_chunks(), dim)
         self._check_frame_index(table.column(FRAME_INDEX).to_numpy())
         self._check_timestamps(table.column(TIMESTAMP).to_numpy(zero_copy_only=False))
         self.rows_seen += table.num_rows
 
-    def _check_vectors(self, name: str, column) -> None:
+    def _check_vectors(self, name: str, column, dim: int) -> None:
         if column.null_count:
             self.fail_once(Reason.VECTOR_LENGTH, f"{name} has empty (null) rows.")
             return
         lengths = np.asarray(pc.list_value_length(column).to_numpy(zero_copy_only=False))
-        if lengths.size and (lengths != self.expected.action_dim).any():
-            bad = int(lengths[lengths != self.expected.action_dim][0])
+        if lengths.size and (lengths != dim).any():
+            bad = int(lengths[lengths != dim][0])
+            whose = "the embodiment's" if name in (STATE, ACTION) else "the sensor's"
             self.fail_once(
                 Reason.VECTOR_LENGTH,
-                f"{name} vectors must have {self.expected.action_dim} values (the embodiment's);"
-                f" found {bad}.",
+                f"{name} vectors must have {dim} values ({whose}); found {bad}.",
             )
             return
         values = column.flatten().to_numpy(zero_copy_only=False)

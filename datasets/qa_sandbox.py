@@ -18,11 +18,13 @@ parent's.
 """
 
 import faulthandler
+import hashlib
 import os
 import pickle
 import resource
 import select
 import signal
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -30,6 +32,12 @@ from django.conf import settings
 
 from datasets import storage
 from datasets.qa_checks import EpisodeExpectation, QALimits, QAResult, Reason, check_stored_episode
+from datasets.qa_video_checks import (
+    VideoExpectation,
+    VideoLimits,
+    check_camera_lengths,
+    check_video_file,
+)
 
 MEMORY_EXIT = 3  # the child ran out of its memory budget
 ADDRESS_SPACE_FACTOR = 16
@@ -58,16 +66,106 @@ def qa_limits() -> QALimits:
     )
 
 
-def check_stored_episode_bounded(key: str, expected: EpisodeExpectation) -> QAResult:
-    """check_stored_episode within QALimits, in the sandbox unless EPISODE_QA_SANDBOX is off."""
+@dataclass(frozen=True)
+class StoredVideo:
+    """One camera's video as QA reads it: where it is stored and what the fleet declared."""
+
+    camera_key: str
+    key: str  # "" when no file arrived for the camera
+    size: int = 0
+    sha256: str = ""
+    min_width: int = 0
+    min_height: int = 0
+
+
+def video_limits(deadline: float | None = None) -> VideoLimits:
+    return VideoLimits(
+        max_still_seconds=settings.EPISODE_QA_VIDEO_MAX_STILL_SECONDS,
+        black_luma=settings.EPISODE_QA_VIDEO_BLACK_LUMA,
+        frozen_difference=settings.EPISODE_QA_VIDEO_FROZEN_DIFFERENCE,
+        deadline=deadline,
+    )
+
+
+def check_stored_episode_bounded(
+    key: str, expected: EpisodeExpectation, videos: tuple[StoredVideo, ...] = ()
+) -> QAResult:
+    """check_stored_episode, then each camera's video, within QALimits (one deadline for all
+    the episode's files), in the sandbox unless EPISODE_QA_SANDBOX is off."""
     limits = qa_limits()
+    still = video_limits()
+
+    def check() -> QAResult:
+        deadline = time.monotonic() + limits.seconds
+        result = check_stored_episode(key, expected, limits)
+        if result.passed and videos:
+            check_stored_videos(
+                videos,
+                fps=expected.fps,
+                frames=result.frames,
+                result=result,
+                limits=VideoLimits(**{**still.__dict__, "deadline": deadline}),
+            )
+        return result
+
     if not settings.EPISODE_QA_SANDBOX:
-        return check_stored_episode(key, expected, limits)
+        return check()
     return run_in_sandbox(
-        lambda: check_stored_episode(key, expected, limits),
+        check,
         memory_bytes=settings.EPISODE_QA_MEMORY_BYTES,
         seconds=limits.seconds + 5,  # the checks stop themselves first; this is the backstop
     ).result
+
+
+def check_stored_videos(
+    videos: tuple[StoredVideo, ...], *, fps: int, frames: int, result: QAResult, limits
+) -> None:
+    """Each video fetched to a temporary file (size and SHA-256 verified on the way), then
+    checked there (datasets/qa_video_checks.py); then the cameras' lengths against each other."""
+    measures = {}
+    for video in videos:
+        with tempfile.NamedTemporaryFile(suffix=".mp4") as handle:
+            if not _fetched(video, handle, result):
+                continue
+            expected = VideoExpectation(
+                camera_key=video.camera_key,
+                fps=fps,
+                frames=frames,
+                min_width=video.min_width,
+                min_height=video.min_height,
+            )
+            measures[video.camera_key] = check_video_file(handle.name, expected, result, limits)
+    check_camera_lengths(measures, result)
+    result.videos = {camera: measure.as_json() for camera, measure in measures.items()}
+
+
+def _fetched(video: StoredVideo, handle, result: QAResult) -> bool:
+    camera = video.camera_key
+    try:
+        size = storage.head(video.key).size if video.key else None
+    except storage.ObjectMissing:
+        size = None
+    if size is None:
+        result.fail(Reason.VIDEO_MISSING, f"{camera}: no video was uploaded for this camera.")
+        return False
+    if size != video.size:
+        result.fail(
+            Reason.SIZE_MISMATCH, f"{camera}: the video has {size} bytes; {video.size} declared."
+        )
+        return False
+    digest = hashlib.sha256()
+    for block in storage.stream(video.key):
+        digest.update(block)
+        handle.write(block)
+    handle.flush()
+    result.checksum_bytes_read += size
+    if digest.hexdigest() != video.sha256:
+        result.fail(
+            Reason.CHECKSUM_MISMATCH,
+            f"{camera}: the video's SHA-256 differs from the declared one.",
+        )
+        return False
+    return True
 
 
 def run_in_sandbox(check, *, memory_bytes: int, seconds: float) -> ChildOutcome:

@@ -29,6 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from decimal import ROUND_DOWN, Decimal
 
+from fleet_agent import uploads
 from fleet_agent.client import ApiClient, ApiError, TransientError
 from fleet_agent.config import AgentConfig, SiteConfig
 from fleet_agent.episodes import Episode, choose_defect, make_episode
@@ -85,6 +86,7 @@ class _Upload:
     seconds: float
     defect: str | None
     parts: list | None = None  # multipart: the parts' ETags, to complete again if need be
+    video_parts: list | None = None  # the same for multipart camera videos
     status: str = "uploaded"  # then accepted, rejected, or abandoned
 
 
@@ -385,7 +387,7 @@ class FleetAgent:
     def _complete_again(self, episode_id: str, upload: _Upload) -> None:
         """The bytes went up but `complete` never arrived: send it again, or give up on it."""
         try:
-            self.client.complete_episode(episode_id, upload.parts)
+            self.client.complete_episode(episode_id, upload.parts, upload.video_parts)
         except ApiError as exc:
             upload.status = "abandoned"
             log.warning("episode %s abandoned: %s", episode_id, exc)
@@ -425,6 +427,7 @@ class FleetAgent:
         )
         site_config = self.site_configs.get(job["site"])
         objects = list(site_config.objects) if site_config else []
+        videos = uploads.videos_for(job, episode, seed=self.rng.getrandbits(16))
         handled = self.rng.sample(objects, k=min(len(objects), self.rng.randint(1, 3)))
         body = {
             "site": job["site"],
@@ -437,6 +440,7 @@ class FleetAgent:
             "sha256": episode.sha256,
             "frames": episode.frames,
             "objects_handled": handled,
+            "videos": uploads.declarations(videos),
         }
         try:
             registered = self.client.register_episode(job["id"], body, uuid.uuid4().hex)
@@ -448,13 +452,16 @@ class FleetAgent:
             self._order_fps[job["order"]] = order_fps
             return self.collect_and_upload(job, missing_seconds)
         episode_id = registered["id"]
-        parts = self._put(episode_id, registered["upload"], episode)
-        self._uploads[episode_id] = _Upload(job["id"], episode.duration_seconds, defect, parts)
+        parts, video_parts = uploads.put_all(
+            self.client, episode_id, registered["upload"], episode.data, videos
+        )
+        upload = _Upload(job["id"], episode.duration_seconds, defect, parts, video_parts)
+        self._uploads[episode_id] = upload
         self.summary.episodes_uploaded += 1
         self.summary.uploads_by_method[registered["upload"]["method"]] += 1
         if defect:
             self.summary.defective_uploaded += 1
-        completed = self.client.complete_episode(episode_id, parts)
+        completed = self.client.complete_episode(episode_id, parts, video_parts)
         self._record_verdict(episode_id, self._uploads[episode_id], completed)
         log.info(
             "uploaded episode %s for job %s: %.1f s, %d bytes, %s%s",
@@ -468,19 +475,8 @@ class FleetAgent:
         return episode_id
 
     def _put(self, episode_id: str, upload: dict, episode: Episode) -> list[dict] | None:
-        """Send the bytes as instructed; renew the URLs once if storage refuses them."""
-        for attempt in range(2):
-            try:
-                if upload["method"] == "single":
-                    self.client.put_bytes(upload["url"], episode.data, upload["headers"])
-                    return None
-                return self.client.put_parts(upload, episode.data)
-            except ApiError as exc:
-                if attempt or exc.status not in (400, 403):
-                    raise
-                log.info("storage refused the upload (%s): renewing its URLs", exc)
-                upload = self.client.renew_upload(episode_id)
-        return None  # unreachable
+        """Send the parquet as instructed; renew the URLs once if storage refuses them."""
+        return uploads.put_all(self.client, episode_id, upload, episode.data, {})[0]
 
     # --- running --------------------------------------------------------------------------
 

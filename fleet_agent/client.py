@@ -98,8 +98,15 @@ class ApiClient(BaseClient):
     def renew_upload(self, episode_id: str) -> dict:
         return self.post(f"fleet/episodes/{episode_id}/upload")
 
-    def complete_episode(self, episode_id: str, parts: list[dict] | None = None) -> dict:
-        return self.post(f"fleet/episodes/{episode_id}/complete", {"parts": parts} if parts else {})
+    def complete_episode(
+        self, episode_id: str, parts: list[dict] | None = None, videos: list[dict] | None = None
+    ) -> dict:
+        """`parts`: the parquet's multipart ETags; `videos`: [{"camera_key", "parts"}] of the
+        multipart camera videos (fleet_agent/uploads.py)."""
+        body = {"parts": parts} if parts else {}
+        if videos:
+            body["videos"] = videos
+        return self.post(f"fleet/episodes/{episode_id}/complete", body)
 
     def put_parts(self, upload: dict, data: bytes) -> list[dict]:
         """PUT each part of a multipart upload to its presigned URL; the parts (number and

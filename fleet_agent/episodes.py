@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import io
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -45,6 +45,9 @@ class Episode:
     frames: int
     action_dim: int
     defect: str | None = None
+    # One MP4 per camera of the job's stream spec (camera_key -> bytes); fleet_agent/uploads.py
+    # registers and uploads them next to the parquet.
+    videos: dict[str, bytes] = field(default_factory=dict)
 
     @property
     def size_bytes(self) -> int:

@@ -302,6 +302,12 @@ class JobSerializer(serializers.ModelSerializer):
     )
     fleet = serializers.UUIDField(source="fleet_id", read_only=True, allow_null=True)
     site = serializers.UUIDField(source="site_id", read_only=True, allow_null=True)
+    stream_spec = serializers.JSONField(
+        source="order.stream_spec",
+        read_only=True,
+        help_text="What every episode carries (orders/streams.py): state/action names, "
+        "cameras (observation.images.<name>, minimum resolution), vectors; {}: state/action only.",
+    )
 
     class Meta:
         model = Job
@@ -315,6 +321,7 @@ class JobSerializer(serializers.ModelSerializer):
             "embodiment",
             "end_effector",
             "sensors",
+            "stream_spec",
             "site_kinds",
             "target_hours",
             "progress_hours",

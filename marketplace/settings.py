@@ -366,6 +366,16 @@ EPISODE_QA_BATCH_ROWS = int(os.environ.get("EPISODE_QA_BATCH_ROWS", "65536"))
 EPISODE_QA_TIME_LIMIT_SECONDS = float(os.environ.get("EPISODE_QA_TIME_LIMIT_SECONDS", "300"))
 EPISODE_QA_MEMORY_BYTES = int(os.environ.get("EPISODE_QA_MEMORY_BYTES", str(1024**3)))
 EPISODE_QA_SANDBOX = env_bool("EPISODE_QA_SANDBOX", True)
+# Video QA (issue 15): the longest black or frozen stretch a camera may show, what counts as
+# black (mean luma, limited range: black is 16) and as frozen (mean absolute luma difference
+# between consecutive frames, on a subsampled grid).
+EPISODE_QA_VIDEO_MAX_STILL_SECONDS = float(
+    os.environ.get("EPISODE_QA_VIDEO_MAX_STILL_SECONDS", "3")
+)
+EPISODE_QA_VIDEO_BLACK_LUMA = float(os.environ.get("EPISODE_QA_VIDEO_BLACK_LUMA", "24"))
+EPISODE_QA_VIDEO_FROZEN_DIFFERENCE = float(
+    os.environ.get("EPISODE_QA_VIDEO_FROZEN_DIFFERENCE", "0.25")
+)
 # QA runs of one episode that may die unfinished (worker killed) before it is rejected.
 EPISODE_QA_MAX_ATTEMPTS = int(os.environ.get("EPISODE_QA_MAX_ATTEMPTS", "3"))
 # Registered episodes whose upload never completed are rejected (and a multipart upload

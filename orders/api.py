@@ -30,6 +30,7 @@ from orders.models import (
 )
 from orders.representations import quote_representation
 from orders.selectors import order_list, quote_visible_to, rate_card_current
+from orders.streams import DEFAULT_VIDEO_CODEC, VIDEO_CODECS
 
 # --- Catalog (public, read-only) -------------------------------------------------------------
 
@@ -51,13 +52,22 @@ class TaskTypeSerializer(serializers.ModelSerializer):
 class EmbodimentSerializer(serializers.ModelSerializer):
     class Meta:
         model = Embodiment
-        fields = ["slug", "name", "description", "arms", "action_dim"]
+        fields = [
+            "slug",
+            "name",
+            "description",
+            "arms",
+            "action_dim",
+            "state_names",
+            "action_names",
+            "cameras",
+        ]
 
 
 class SensorAddonSerializer(serializers.ModelSerializer):
     class Meta:
         model = SensorAddon
-        fields = ["slug", "name", "description"]
+        fields = ["slug", "name", "description", "stream"]
 
 
 class PublicCatalogMixin:
@@ -287,6 +297,11 @@ class OrderDetailsSerializer(serializers.Serializer):
         **HOURS_FIELD, required=False, allow_null=True, default=None
     )
     notes = serializers.CharField(max_length=5000, required=False, default="", allow_blank=True)
+    video_codec = serializers.ChoiceField(
+        choices=[(codec, codec) for codec in VIDEO_CODECS],
+        default=DEFAULT_VIDEO_CODEC,
+        help_text="The delivered videos' codec: av1 (LeRobot's default) or h264 (compatibility).",
+    )
 
     def to_details(self) -> services.OrderDetails:
         data = self.validated_data
@@ -331,6 +346,7 @@ class OrderSerializer(PricedSpecSerializer):
             "deadline",
             "pilot_hours",
             "notes",
+            "stream_spec",
             "accepted_hours",
             "created_at",
             "updated_at",

@@ -28,6 +28,7 @@ from orders.models import (
 )
 from orders.pricing import Price, PriceRequest, PricingError, price_dataset
 from orders.selectors import quote_visible_to, rate_card_current, rate_card_terms
+from orders.streams import DEFAULT_VIDEO_CODEC, VIDEO_CODECS, build_stream_spec
 
 MIN_HOURS_PER_ENVIRONMENT = Decimal("0.5")
 
@@ -59,6 +60,7 @@ class OrderDetails:
     deadline: date | None = None
     pilot_hours: Decimal | None = None
     notes: str = ""
+    video_codec: str = DEFAULT_VIDEO_CODEC  # the delivered videos' codec (orders/streams.py)
 
 
 @dataclass
@@ -191,6 +193,8 @@ def _validate_details(
 ) -> None:
     if details.output_format not in OutputFormat.values:
         raise invalid("output_format", f"Unknown output format {details.output_format!r}.")
+    if details.video_codec not in VIDEO_CODECS:
+        raise invalid("video_codec", f"One of {', '.join(VIDEO_CODECS)}.")
     if details.pilot_hours is not None and not (0 < details.pilot_hours < hours):
         raise invalid(
             "pilot_hours", "Pilot hours must be more than 0 and less than the order's hours."
@@ -227,6 +231,12 @@ def _order_open(
         deadline=details.deadline,
         pilot_hours=details.pilot_hours,
         notes=details.notes,
+        # Placed: what every episode carries is frozen now (later catalog edits do not move it).
+        stream_spec=build_stream_spec(
+            embodiment=fields["embodiment"],
+            sensor_slugs=fields["sensor_slugs"],
+            video_codec=details.video_codec,
+        ),
         **fields,
     )
     OrderEvent.objects.create(

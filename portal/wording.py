@@ -24,6 +24,22 @@ QA_REASONS = {
     "non_finite": "Sensor values dropped out (NaN or infinite numbers in the recording).",
     "duration_out_of_bounds": "The episode is shorter or longer than the allowed duration.",
     "storage_error": "Storage could not be read while checking the episode.",
+    "video_missing": "A camera's video never arrived (every ordered camera sends one MP4).",
+    "video_unreadable": "A camera's file is not a readable video.",
+    "video_decode_error": "A camera's video is damaged or cut short: not every frame decodes.",
+    "video_codec": "A camera's video uses a codec the platform does not take (H.264, HEVC or "
+    "AV1 only).",
+    "video_fps_mismatch": "A camera's frame rate differs from the episode's.",
+    "video_variable_frame_rate": "A camera's frames are unevenly spaced (variable frame rate "
+    "or dropped frames).",
+    "video_timestamps": "A camera's frames are not at the times the episode's frame rate says.",
+    "video_frame_count": "A camera's video has another number of frames than the recording "
+    "has rows.",
+    "video_resolution": "A camera's resolution is below what the order asks for.",
+    "video_lengths_differ": "The cameras' videos have different numbers of frames.",
+    "video_black": "A camera shows black frames for too long.",
+    "video_frozen": "A camera's picture is frozen for too long.",
+    "sensor_missing": "A sensor stream the order includes (force/torque, tactile) is missing.",
 }
 
 

@@ -3,8 +3,7 @@
 import logging
 import re
 import uuid
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from django.conf import settings
@@ -15,13 +14,14 @@ from datasets import storage, tasks
 from datasets.error_codes import ErrorCode
 from datasets.models import Episode
 from datasets.qa_checks import Reason
+from datasets.services import episode_files
+from datasets.services.episode_files import SHA256_HEX, UploadInstructions, VideoDeclaration
 from fleets.models import Job, Robot
 from fleets.services.jobs import job_report_progress
 from marketplace.errors import Conflict, NotFound, ServiceUnavailable, invalid
 from marketplace.models import Organization
 from marketplace.queueing import enqueue_on_commit
 
-SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 OPERATOR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 WORKING_JOB_STATES = (Job.Status.ASSIGNED, Job.Status.IN_PROGRESS)
 logger = logging.getLogger(__name__)
@@ -39,29 +39,12 @@ class EpisodeRegistration:
     sha256: str
     frames: int  # rows of the parquet file: QA checks it, the job's free time is counted by it
     objects_handled: tuple[str, ...] = ()
+    # One per camera of the order's stream spec (none for an order without cameras).
+    videos: tuple[VideoDeclaration, ...] = ()
 
     @property
     def seconds(self) -> Decimal:
         return Decimal(self.frames) / Decimal(self.fps)
-
-
-@dataclass(frozen=True)
-class UploadPart:
-    part_number: int
-    url: str
-    headers: dict[str, str]
-
-
-@dataclass(frozen=True)
-class UploadInstructions:
-    """How to send the bytes: one PUT, or multipart parts then `complete` with their ETags."""
-
-    method: str  # "single" or "multipart"
-    expires_at: datetime
-    url: str = ""
-    headers: dict | None = None
-    part_size: int = 0
-    parts: tuple[UploadPart, ...] = ()
 
 
 def _upload_key(episode: Episode) -> str:
@@ -107,7 +90,7 @@ def episode_register(
     """A fleet announces an episode of a job it holds and gets where to upload it."""
     _validate(registration)
     job = (
-        Job.objects.select_related("fleet", "site")
+        Job.objects.select_related("fleet", "site", "order")
         .filter(pk=job_id, fleet__organization=organization)
         .first()
     )
@@ -118,6 +101,7 @@ def episode_register(
             f"Episodes are taken only for assigned jobs; this one is {job.status}.",
             code=ErrorCode.JOB_NOT_ACTIVE,
         )
+    episode_files.validate_videos(stream_spec=job.order.stream_spec, videos=registration.videos)
     if registration.site_id != job.site_id:
         raise invalid("site", "Episodes of this job are collected at the job's site.")
     # One dataset has one frame rate: the order's first episode sets it.
@@ -157,7 +141,11 @@ def episode_register(
         episode.upload_key = _upload_key(episode)
         instructions = _upload_instructions(episode)
         episode.save(force_insert=True)
-    return episode, instructions
+        try:
+            videos = episode_files.videos_create(episode=episode, videos=registration.videos)
+        except storage.StorageError as exc:
+            raise _storage_unavailable(exc) from exc
+    return episode, replace(instructions, videos=videos)
 
 
 def _check_room(*, job: Job, registration: EpisodeRegistration) -> None:
@@ -211,36 +199,12 @@ def _upload_instructions(episode: Episode) -> UploadInstructions:
 
 
 def _upload_instructions_from_storage(episode: Episode) -> UploadInstructions:
-    expires_in = settings.S3_UPLOAD_URL_EXPIRY_SECONDS
-    expires_at = timezone.now() + timezone.timedelta(seconds=expires_in)
-    episode.upload_expires_at = expires_at
-    if episode.size_bytes < settings.EPISODE_MULTIPART_THRESHOLD_BYTES:
-        request = storage.presigned_put(
-            key=episode.upload_key,
-            content_length=episode.size_bytes,
-            sha256_hex=episode.sha256,
-            expires_in=expires_in,
-        )
-        episode.multipart_upload_id = ""
-        return UploadInstructions(
-            method="single", expires_at=expires_at, url=request.url, headers=request.headers
-        )
-    part_size = settings.EPISODE_MULTIPART_PART_BYTES
-    episode.multipart_upload_id = storage.multipart_start(key=episode.upload_key)
-    parts = []
-    for index, start in enumerate(range(0, episode.size_bytes, part_size), start=1):
-        length = min(part_size, episode.size_bytes - start)
-        request = storage.presigned_part_put(
-            key=episode.upload_key,
-            upload_id=episode.multipart_upload_id,
-            part_number=index,
-            content_length=length,
-            expires_in=expires_in,
-        )
-        parts.append(UploadPart(part_number=index, url=request.url, headers=request.headers))
-    return UploadInstructions(
-        method="multipart", expires_at=expires_at, part_size=part_size, parts=tuple(parts)
+    presigned = episode_files.presign(
+        key=episode.upload_key, size_bytes=episode.size_bytes, sha256=episode.sha256
     )
+    episode.multipart_upload_id = presigned.multipart_upload_id
+    episode.upload_expires_at = presigned.instructions.expires_at
+    return presigned.instructions
 
 
 def _own_episode_locked(*, organization: Organization, episode_id) -> Episode:
@@ -264,13 +228,24 @@ def episode_renew_upload(*, organization: Organization, episode_id) -> UploadIns
                 f"This episode is {episode.status}: its file can no longer change.",
                 code=ErrorCode.EPISODE_NOT_AWAITING_UPLOAD,
             )
-        old_key, old_upload = episode.upload_key, episode.multipart_upload_id
+        replaced = [(episode.upload_key, episode.multipart_upload_id)]
         episode.upload_key = _upload_key(episode)
         instructions = _upload_instructions(episode)
+        try:
+            videos, replaced_videos = episode_files.videos_renew(episode=episode)
+        except storage.StorageError as exc:
+            raise _storage_unavailable(exc) from exc
         episode.save(update_fields=["upload_key", "multipart_upload_id", "upload_expires_at"])
-        if old_upload:
-            transaction.on_commit(lambda: _abort_quietly(key=old_key, upload_id=old_upload))
-    return instructions
+        _abort_on_commit([*replaced, *replaced_videos])
+    return replace(instructions, videos=videos)
+
+
+def _abort_on_commit(uploads: list[tuple[str, str]]) -> None:
+    for key, upload_id in uploads:
+        if upload_id:
+            transaction.on_commit(
+                lambda key=key, upload_id=upload_id: _abort_quietly(key=key, upload_id=upload_id)
+            )
 
 
 def _abort_quietly(*, key: str, upload_id: str) -> bool:
@@ -296,7 +271,8 @@ def episode_abandon_upload(*, episode_id) -> bool:
         issued_until = episode.upload_expires_at or episode.created_at
         if issued_until > cutoff:
             return False
-        key, upload_id = episode.upload_key, episode.multipart_upload_id
+        uploads = [(episode.upload_key, episode.multipart_upload_id)]
+        uploads += episode_files.unfinished_multipart(episode)
         episode.status = Episode.Status.REJECTED
         episode.decided_at = timezone.now()
         episode.qa_failures = [
@@ -306,37 +282,53 @@ def episode_abandon_upload(*, episode_id) -> bool:
             }
         ]
         episode.save(update_fields=["status", "decided_at", "qa_failures"])
-        if upload_id:
-            transaction.on_commit(lambda: _abort_quietly(key=key, upload_id=upload_id))
+        _abort_on_commit(uploads)
     return True
 
 
 def episode_complete(
-    *, organization: Organization, episode_id, parts: list[dict] | None = None
+    *,
+    organization: Organization,
+    episode_id,
+    parts: list[dict] | None = None,
+    video_parts: dict[str, list[dict]] | None = None,
 ) -> Episode:
-    """The fleet says the bytes are up: finish a multipart upload if any, queue QA."""
+    """The fleet says the bytes are up: finish the multipart uploads given their parts, queue
+    QA once every file of the episode is uploaded (409 naming the missing ones otherwise:
+    what was finished stays finished, `complete` again when the rest is up)."""
     with transaction.atomic():
         episode = _own_episode_locked(organization=organization, episode_id=episode_id)
         if episode.status != Episode.Status.REGISTERED:
             return episode  # completing twice is harmless
-        if episode.multipart_upload_id:
-            if not parts:
-                raise invalid("parts", "A multipart upload completes with its parts and ETags.")
+        if episode.videos.exists():
             try:
-                storage.multipart_complete(
-                    key=episode.upload_key,
-                    upload_id=episode.multipart_upload_id,
-                    parts=[{"PartNumber": p["part_number"], "ETag": p["etag"]} for p in parts],
+                missing = episode_files.finish_files(
+                    episode=episode, parts=parts, video_parts=video_parts or {}
                 )
             except storage.StorageUnavailable as exc:
                 raise _storage_unavailable(exc) from exc
-            except storage.StorageError as exc:
-                raise invalid(
-                    "parts", f"The storage refused to complete the upload: {exc}"
-                ) from exc
-        episode.status = Episode.Status.UPLOADED
-        episode.uploaded_at = timezone.now()
-        episode.save(update_fields=["status", "uploaded_at"])
-        # Broker down: the episode stays "uploaded" and qa_sweep queues its QA later.
-        enqueue_on_commit(tasks.qa_episode, episode.id)
+        else:  # the parquet alone, as before videos
+            missing = []
+            if episode.multipart_upload_id:
+                if not parts:
+                    raise invalid("parts", "A multipart upload completes with its parts and ETags.")
+                try:
+                    episode_files.complete_multipart(
+                        episode.upload_key, episode.multipart_upload_id, parts
+                    )
+                except storage.StorageUnavailable as exc:
+                    raise _storage_unavailable(exc) from exc
+        if not missing:
+            episode.status = Episode.Status.UPLOADED
+            episode.uploaded_at = timezone.now()
+            episode.save(update_fields=["status", "uploaded_at"])
+            # Broker down: the episode stays "uploaded" and qa_sweep queues its QA later.
+            enqueue_on_commit(tasks.qa_episode, episode.id)
+    if missing:
+        raise Conflict(
+            f"Not every file of the episode is uploaded yet: {', '.join(missing)}. Upload them "
+            "(a multipart upload completes with its parts) and complete again.",
+            code=ErrorCode.EPISODE_FILES_MISSING,
+            fields={"files": missing},
+        )
     return episode

@@ -17,16 +17,18 @@ from django.db import (
 from django.utils import timezone
 
 from datasets import storage
-from datasets.models import Delivery, Episode
+from datasets.models import Delivery, Episode, EpisodeVideo
 from datasets.qa_checks import EpisodeExpectation, QAResult, Reason
-from datasets.qa_sandbox import check_stored_episode_bounded
+from datasets.qa_sandbox import StoredVideo, check_stored_episode_bounded
 from datasets.services.deliveries import delivery_start
+from datasets.services.episode_files import video_stored_key
 from datasets.services.episodes import WORKING_JOB_STATES, stored_key_for
 from fleets.models import Job
 from fleets.services.jobs import job_transition
 from marketplace.audit import system_label
 from orders.models import Order
 from orders.services import order_send_to_review
+from orders.streams import cameras_of, vectors_of
 
 SYSTEM = system_label("qa")
 
@@ -40,6 +42,10 @@ def episode_expectation(episode: Episode) -> EpisodeExpectation:
         min_duration_seconds=settings.EPISODE_MIN_SECONDS,
         max_duration_seconds=settings.EPISODE_MAX_SECONDS,
         declared_frames=episode.declared_frames,
+        vectors=tuple(
+            (vector["key"], len(vector["names"]))
+            for vector in vectors_of(episode.order.stream_spec)
+        ),
     )
 
 
@@ -56,11 +62,13 @@ def episode_run_qa(*, episode_id, previous_run_ended: bool = False) -> Episode:
     if episode.status != Episode.Status.UPLOADED or episode.qa_started_at is None:
         return episode
     try:
-        result, stored_key = _checked(episode)
+        result, stored_key, video_keys = _checked(episode)
     except TRANSIENT_ERRORS:
         _qa_release(episode_id)
         raise
-    return episode_record_qa(episode_id=episode.id, result=result, stored_key=stored_key)
+    return episode_record_qa(
+        episode_id=episode.id, result=result, stored_key=stored_key, video_keys=video_keys
+    )
 
 
 TRANSIENT_ERRORS = (storage.StorageError, OperationalError, InterfaceError)
@@ -70,7 +78,7 @@ def _qa_start(episode_id, *, previous_run_ended: bool) -> Episode:
     with transaction.atomic():
         episode = (
             Episode.objects.select_for_update(of=("self",))
-            .select_related("job__embodiment")
+            .select_related("job__embodiment", "order")
             .get(pk=episode_id)
         )
         if episode.status != Episode.Status.UPLOADED:
@@ -104,20 +112,50 @@ def _qa_release(episode_id) -> None:
         pass
 
 
-def _checked(episode: Episode) -> tuple[QAResult, str]:
+def _stored(upload_key: str, stored_key: str) -> bool:
+    """Copy an upload to its stored key (once: a retried QA reads the stored copy); False
+    when nothing was uploaded."""
+    if storage.exists(stored_key):
+        return True
+    try:
+        storage.copy(source_key=upload_key, dest_key=stored_key)
+    except storage.ObjectMissing:
+        return False
+    return True
+
+
+def _checked(episode: Episode) -> tuple[QAResult, str, dict[str, str]]:
+    """QA of the parquet and every camera's video, each copied to its stored key first."""
     stored_key = stored_key_for(episode)
-    if not storage.exists(stored_key):
-        try:
-            storage.copy(source_key=episode.upload_key, dest_key=stored_key)
-        except storage.ObjectMissing:
-            result = QAResult()
-            result.fail(Reason.OBJECT_MISSING, "No file was uploaded for this episode.")
-            return result, ""
+    if not _stored(episode.upload_key, stored_key):
+        result = QAResult()
+        result.fail(Reason.OBJECT_MISSING, "No file was uploaded for this episode.")
+        return result, "", {}
+    uploaded = {video.camera_key: video for video in episode.videos.all()}
+    videos, video_keys = [], {}
+    for camera in cameras_of(episode.order.stream_spec):
+        video = uploaded.get(camera["key"])
+        key = video_stored_key(episode, camera["key"]) if video else ""
+        if video is not None and _stored(video.upload_key, key):
+            video_keys[camera["key"]] = key
+        videos.append(
+            StoredVideo(
+                camera_key=camera["key"],
+                key=video_keys.get(camera["key"], ""),
+                size=video.size_bytes if video else 0,
+                sha256=video.sha256 if video else "",
+                min_width=camera["min_width"],
+                min_height=camera["min_height"],
+            )
+        )
     expectation = episode_expectation(episode)
-    return check_stored_episode_bounded(stored_key, expectation), stored_key
+    result = check_stored_episode_bounded(stored_key, expectation, tuple(videos))
+    return result, stored_key, video_keys
 
 
-def episode_record_qa(*, episode_id, result: QAResult, stored_key: str) -> Episode:
+def episode_record_qa(
+    *, episode_id, result: QAResult, stored_key: str, video_keys: dict[str, str] | None = None
+) -> Episode:
     """Lock, check it is still undecided, record; accepted time accrues to job and order.
 
     A file that passed its checks is still refused when its job was cancelled, when the same
@@ -141,6 +179,7 @@ def episode_record_qa(*, episode_id, result: QAResult, stored_key: str) -> Episo
         episode.frames = result.frames or None
         episode.stored_key = stored_key
         episode.decided_at = timezone.now()
+        _record_videos(episode, result, video_keys or {})
         if not result.passed:
             episode.status = Episode.Status.REJECTED
             episode.save()
@@ -150,6 +189,16 @@ def episode_record_qa(*, episode_id, result: QAResult, stored_key: str) -> Episo
         episode.save()
         _accrue(episode, order=order, job=job)
     return episode
+
+
+def _record_videos(episode: Episode, result: QAResult, video_keys: dict[str, str]) -> None:
+    """Each camera's stored copy and what QA measured (codec, size, frames) on its row."""
+    for video in EpisodeVideo.objects.filter(episode=episode):
+        measured = result.videos.get(video.camera_key) or {}
+        video.stored_key = video_keys.get(video.camera_key, "")
+        for name in ("codec", "pix_fmt", "width", "height", "frames", "fps"):
+            setattr(video, name, measured.get(name) or ({"codec": "", "pix_fmt": ""}.get(name)))
+        video.save()
 
 
 def _refuse_if_not_countable(*, episode: Episode, job: Job, result: QAResult) -> None:

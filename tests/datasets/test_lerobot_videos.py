@@ -6,7 +6,7 @@ import pytest
 
 from datasets.lerobot_videos import CameraWriter, DatasetVideos, VideoAssemblyError
 from tests.datasets import lerobot_loader
-from tests.datasets.videos import decode, encode, moving_frames
+from tests.datasets.videos import decode, encode, square_frames
 
 FPS = 30
 
@@ -15,7 +15,7 @@ def _sources(tmp_path, lengths, **kwargs):
     return [
         encode(
             tmp_path / "src" / f"ep{i}.mp4",
-            moving_frames(n, seed=i, **kwargs.get("frame_args", {})),
+            square_frames(n, seed=i, **kwargs.get("frame_args", {})),
             fps=FPS,
             codec=kwargs.get("codec", "libx264"),
             options=kwargs.get("options"),
@@ -101,8 +101,8 @@ def test_another_codec_is_reencoded_to_the_ordered_one_within_codec_loss(tmp_pat
 
 
 def test_another_resolution_is_scaled_to_the_cameras(tmp_path):
-    big = encode(tmp_path / "a.mp4", moving_frames(10, width=64, height=48), fps=FPS)
-    small = encode(tmp_path / "b.mp4", moving_frames(10, width=32, height=24), fps=FPS)
+    big = encode(tmp_path / "a.mp4", square_frames(10, width=64, height=48), fps=FPS)
+    small = encode(tmp_path / "b.mp4", square_frames(10, width=32, height=24), fps=FPS)
     camera = CameraWriter(
         root=tmp_path / "out", key="observation.images.scene", fps=FPS, codec="h264"
     )
@@ -117,8 +117,8 @@ def test_another_resolution_is_scaled_to_the_cameras(tmp_path):
 
 
 def test_another_encoder_configuration_starts_the_next_file(tmp_path):
-    first = encode(tmp_path / "a.mp4", moving_frames(10), fps=FPS)
-    other = encode(tmp_path / "b.mp4", moving_frames(10), fps=FPS, options={"preset": "slow"})
+    first = encode(tmp_path / "a.mp4", square_frames(10), fps=FPS)
+    other = encode(tmp_path / "b.mp4", square_frames(10), fps=FPS, options={"preset": "slow"})
     camera = CameraWriter(
         root=tmp_path / "out", key="observation.images.scene", fps=FPS, codec="h264"
     )
@@ -230,7 +230,7 @@ def test_a_file_that_is_no_video_is_refused(tmp_path):
 
 def test_another_frame_rate_is_retimed_onto_the_files_grid(tmp_path):
     # QA refuses it; should one get here, its frames still land at i/fps (re-encoded)
-    fast = encode(tmp_path / "fast.mp4", moving_frames(20), fps=60)
+    fast = encode(tmp_path / "fast.mp4", square_frames(20), fps=60)
     camera = CameraWriter(
         root=tmp_path / "out", key="observation.images.scene", fps=FPS, codec="h264"
     )
@@ -260,7 +260,7 @@ def test_av1_uploads_for_an_av1_order_are_remuxed_frame_exact(tmp_path):
 def test_an_odd_sized_camera_is_delivered_at_the_even_size_below(tmp_path):
     odd = encode(
         tmp_path / "odd.mp4",
-        moving_frames(10, width=65, height=49),
+        square_frames(10, width=65, height=49),
         fps=FPS,
         codec="libx264",
         options={"preset": "ultrafast"},

@@ -16,7 +16,7 @@ from datasets.episode_format import episode_table, parquet_bytes
 from datasets.models import Episode, EpisodeVideo
 from orders.models import Order
 from tests.datasets.helpers import Collection
-from tests.datasets.videos import encode, moving_frames
+from tests.datasets.videos import encode, square_frames
 
 FPS = 30
 STATE_NAMES = [f"fr3_joint{i}" for i in range(1, 8)] + ["finger_left", "finger_right"]
@@ -65,7 +65,7 @@ def episode_columns(frames: int, seed: int) -> dict:
 def video_bytes(frames: int, seed: int, *, codec="libx264", width=64, height=48) -> bytes:
     path = encode(
         _tmp(seed, codec),
-        moving_frames(frames, width=width, height=height, seed=seed),
+        square_frames(frames, width=width, height=height, seed=seed),
         fps=FPS,
         codec=codec,
     )

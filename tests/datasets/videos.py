@@ -1,13 +1,83 @@
-"""Real MP4s for the video tests, encoded with PyAV (no mocks): synthetic moving frames."""
+"""Real MP4 files for the video tests, encoded with PyAV in the test (no fixtures on disk, no
+mocks): a lit scene for QA (never black, never frozen), a textured one with a moving square for
+the delivery tests (a shifted or dropped frame is visible), and a decoder."""
 
+import io
+import tempfile
 from fractions import Fraction
 from pathlib import Path
 
 import av
 import numpy as np
 
+CODECS = {"h264": "libx264", "av1": "libsvtav1", "hevc": "libx265", "mpeg4": "mpeg4"}
 
-def moving_frames(count: int, *, width: int = 64, height: int = 48, seed: int = 0):
+
+def moving_frames(count: int, width: int, height: int, seed: int = 0):
+    """A lit scene with a square crossing it and sensor noise: never black, never frozen."""
+    rng = np.random.default_rng(seed)
+    ys, xs = np.mgrid[0:height, 0:width]
+    base = np.stack(
+        [80 + 60 * xs / width, 90 + 50 * ys / height, np.full(xs.shape, 120.0)], axis=-1
+    )
+    for index in range(count):
+        frame = base + rng.normal(0, 3, base.shape)
+        x = int((index * 7) % max(1, width - 40))
+        y = int(height // 3 + 20 * np.sin(index / 5))
+        frame[y : y + 40, x : x + 40] = (240, 230, 90)  # bright: it shows in luma
+        yield np.clip(frame, 0, 255).astype(np.uint8)
+
+
+def encode_mp4(
+    frames=None,
+    *,
+    count: int = 30,
+    fps: int = 30,
+    width: int = 320,
+    height: int = 240,
+    codec: str = "h264",
+    pts_of=None,
+    seed: int = 0,
+    faststart: bool = False,
+) -> bytes:
+    """An MP4 of `frames` (RGB uint8 arrays; default: `count` moving frames). `pts_of(i)`
+    places frame i at another time than i/fps (in 1/(fps*100) s units) for timing defects."""
+    frames = moving_frames(count, width, height, seed) if frames is None else frames
+    if faststart:  # the index first: the muxer rewrites the file, so it needs a real one
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "video.mp4"
+            _encode(path, frames, fps, width, height, codec, pts_of, {"movflags": "faststart"})
+            return path.read_bytes()
+    sink = io.BytesIO()
+    _encode(sink, frames, fps, width, height, codec, pts_of, {})
+    return sink.getvalue()
+
+
+def _encode(sink, frames, fps, width, height, codec, pts_of, options) -> None:
+    with av.open(sink, mode="w", format="mp4", options=options) as container:
+        stream = container.add_stream(CODECS[codec], rate=fps)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        if codec == "h264":
+            stream.options = {"preset": "ultrafast", "bf": "0"}
+        elif codec == "av1":
+            stream.options = {"preset": "12"}
+        if pts_of is not None:
+            stream.codec_context.time_base = Fraction(1, fps * 100)
+        for index, pixels in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
+            if pts_of is not None:
+                frame.pts = pts_of(index)
+                frame.time_base = Fraction(1, fps * 100)
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+# --- For the delivery tests: files on disk, frame-exact comparisons -------------------------
+
+
+def square_frames(count: int, *, width: int = 64, height: int = 48, seed: int = 0):
     """`count` RGB frames: a textured background and a bright square moving with the index
     (so neighbouring frames differ and a shifted or dropped frame is visible)."""
     rng = np.random.default_rng(seed)

@@ -1,0 +1,262 @@
+"""Video QA (issue 15): the checks every camera's MP4 of an episode passes, on local files.
+
+Pure: no storage, no database (datasets/qa_sandbox.py fetches each video to a temporary file,
+verifying its size and SHA-256 on the way, and runs these in the bounded sandbox). Per file:
+the container opens and has a video stream, the codec is allowed (H.264, HEVC, AV1), the
+frame rate is constant and equal to the episode's, the resolution is at least the ordered
+one, every frame decodes, frame i sits at i/fps (lerobot's 1e-4 s tolerance), there are as
+many frames as parquet rows, and no stretch longer than the allowed one is black or frozen.
+Across files: every camera has the same number of frames.
+
+Decoding streams: one frame at a time, of which only a subsampled luma grid is kept (the
+previous one, for the difference measure); a deadline stops a file that takes too long.
+Every failure a stable reason code (datasets.qa_checks.Reason) and a sentence.
+"""
+
+import time
+from dataclasses import dataclass, field
+
+import av
+import numpy as np
+
+from datasets.qa_checks import QAResult, Reason
+
+ALLOWED_CODECS = {"h264": "h264", "hevc": "hevc", "h265": "hevc", "av1": "av1"}
+AV1_DECODERS = {"libdav1d", "libaom-av1", "av1"}  # names PyAV may report for an AV1 stream
+TIMESTAMP_TOLERANCE_S = 1e-4  # lerobot's: frame i must be within this of i / fps
+
+
+@dataclass(frozen=True)
+class VideoLimits:
+    """Settings EPISODE_QA_VIDEO_* (datasets/qa_sandbox.py reads them)."""
+
+    max_still_seconds: float = 3.0  # longest black or frozen stretch allowed
+    black_luma: float = 24.0  # mean luma (0-255, limited range: black is 16) below: black
+    frozen_difference: float = 0.25  # mean absolute luma difference to the run's start: frozen
+    grid_step: int = 8  # the difference measure reads every grid_step-th pixel of luma
+    measures_per_second: int = 10  # frames measured for black/frozen (every frame decodes)
+    deadline: float | None = None  # time.monotonic() after which decoding stops
+
+
+@dataclass(frozen=True)
+class VideoExpectation:
+    camera_key: str
+    fps: int
+    frames: int  # the parquet's rows
+    min_width: int = 0
+    min_height: int = 0
+
+
+@dataclass
+class VideoMeasure:
+    """What QA measured (recorded on EpisodeVideo)."""
+
+    codec: str = ""
+    pix_fmt: str = ""
+    width: int = 0
+    height: int = 0
+    frames: int = 0
+    fps: int = 0
+
+    def as_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class _Still:
+    """The longest run of black (or frozen) frames so far."""
+
+    run: int = 0
+    longest: int = 0
+
+    def see(self, still: bool, frames: int = 1) -> None:
+        self.run = self.run + frames if still else 0
+        self.longest = max(self.longest, self.run)
+
+
+@dataclass
+class _Decoded:
+    frames: int = 0
+    timestamp_error: float = 0.0
+    steps: set = field(default_factory=set)
+    black: _Still = field(default_factory=_Still)
+    frozen: _Still = field(default_factory=_Still)
+    stopped: str = ""  # "time" or "decode"
+
+
+def _codec_name(stream) -> str:
+    name = stream.codec_context.name
+    if name in AV1_DECODERS:
+        return "av1"
+    return ALLOWED_CODECS.get(name, name)
+
+
+def check_video_file(
+    path, expected: VideoExpectation, result: QAResult, limits: VideoLimits | None = None
+) -> VideoMeasure:
+    """All per-file checks of one camera's video; failures go to `result`, named by camera."""
+    limits = limits or VideoLimits()
+    measure = VideoMeasure()
+    camera = expected.camera_key
+    try:
+        container = av.open(str(path), mode="r")
+    except (av.FFmpegError, OSError, ValueError) as exc:
+        result.fail(Reason.VIDEO_UNREADABLE, f"{camera}: not a readable video ({_why(exc)}).")
+        return measure
+    with container:
+        if not container.streams.video:
+            result.fail(Reason.VIDEO_UNREADABLE, f"{camera}: the file has no video stream.")
+            return measure
+        stream = container.streams.video[0]
+        if not _header_checks(stream, expected, measure, result):
+            return measure
+        declared = stream.frames  # the container's index: 0 when it does not say
+        decoded = _decode(container, stream, expected, limits)
+    if not decoded.stopped and declared and decoded.frames < declared:
+        decoded.stopped = "decode"  # the index lists frames the file no longer holds: cut
+    measure.frames = decoded.frames
+    _decoded_checks(decoded, expected, limits, result)
+    return measure
+
+
+def _why(exc: Exception) -> str:
+    return exc.__class__.__name__
+
+
+def _header_checks(stream, expected, measure: VideoMeasure, result: QAResult) -> bool:
+    """Codec, frame rate and resolution, from the stream's header; False: do not decode."""
+    camera = expected.camera_key
+    context = stream.codec_context
+    measure.codec = _codec_name(stream)
+    measure.pix_fmt = context.pix_fmt or ""
+    measure.width, measure.height = context.width, context.height
+    rate = stream.average_rate or stream.guessed_rate or stream.base_rate
+    measure.fps = round(float(rate)) if rate else 0
+    if measure.codec not in set(ALLOWED_CODECS.values()):
+        result.fail(
+            Reason.VIDEO_CODEC,
+            f"{camera}: codec {measure.codec}; videos are H.264, HEVC or AV1.",
+        )
+        return False
+    if rate is None or abs(float(rate) - expected.fps) > 1e-3:
+        result.fail(
+            Reason.VIDEO_FPS_MISMATCH,
+            f"{camera}: {float(rate or 0):.3f} fps; the episode is recorded at {expected.fps} fps.",
+        )
+    if measure.width < expected.min_width or measure.height < expected.min_height:
+        result.fail(
+            Reason.VIDEO_RESOLUTION,
+            f"{camera}: {measure.width}x{measure.height}; the order asks for at least"
+            f" {expected.min_width}x{expected.min_height}.",
+        )
+    return True
+
+
+def _decode(container, stream, expected: VideoExpectation, limits: VideoLimits) -> _Decoded:
+    """Every frame, streaming: timestamps against i/fps, steps between them, still runs."""
+    decoded = _Decoded()
+    anchor = None
+    last_time = None
+    step = limits.grid_step
+    every = max(1, expected.fps // max(1, limits.measures_per_second))
+    black_sum = limits.black_luma  # per sample; compared as sums below (no mean() per frame)
+    try:
+        for frame in container.decode(stream):
+            if frame.time is None:
+                raise av.InvalidDataError(0, "a frame without a timestamp")
+            index = decoded.frames
+            decoded.timestamp_error = max(
+                decoded.timestamp_error, abs(frame.time - index / expected.fps)
+            )
+            if last_time is not None:
+                decoded.steps.add(round(frame.time - last_time, 6))
+            last_time = frame.time
+            if index % every == 0:
+                grid = _luma_grid(frame, step)
+                samples = grid.size
+                black = int(np.add.reduce(grid, axis=None)) < black_sum * samples
+                decoded.black.see(black, every)
+                # Frozen: the picture stays within frozen_difference of the run's first frame
+                # (an anchor, not the previous frame: slow motion adds up, a frozen one not).
+                still = (
+                    anchor is not None
+                    and not black
+                    and int(np.add.reduce(np.abs(grid - anchor), axis=None))
+                    < limits.frozen_difference * samples
+                )
+                decoded.frozen.see(still, every)
+                if not still:
+                    anchor = grid
+            decoded.frames += 1
+            if limits.deadline is not None and time.monotonic() > limits.deadline:
+                decoded.stopped = "time"
+                break
+    except (av.FFmpegError, ValueError, EOFError):
+        decoded.stopped = "decode"
+    return decoded
+
+
+def _luma_grid(frame, step: int) -> np.ndarray:
+    """Every step-th luma sample of the frame, as int32 (a few hundred values)."""
+    plane = frame.planes[0]
+    if frame.format.name not in ("yuv420p", "yuvj420p", "yuv422p", "yuv444p", "nv12", "gray"):
+        frame = frame.reformat(format="gray")
+        plane = frame.planes[0]
+    rows = np.frombuffer(plane, dtype=np.uint8).reshape(-1, plane.line_size)
+    return rows[: frame.height : step, : frame.width : step].astype(np.int32)
+
+
+def _decoded_checks(decoded: _Decoded, expected, limits: VideoLimits, result: QAResult) -> None:
+    camera = expected.camera_key
+    if decoded.stopped == "time":
+        result.fail(
+            Reason.QA_TIME_LIMIT, f"{camera}: decoding took too long; the check was stopped."
+        )
+        return
+    if decoded.stopped == "decode":
+        result.fail(
+            Reason.VIDEO_DECODE_ERROR,
+            f"{camera}: frame {decoded.frames} does not decode (the file is damaged or cut).",
+        )
+        return
+    if decoded.frames != expected.frames:
+        result.fail(
+            Reason.VIDEO_FRAME_COUNT,
+            f"{camera}: {decoded.frames} frames; the parquet has {expected.frames} rows.",
+        )
+    period = round(1 / expected.fps, 6)
+    if len(decoded.steps) > 1 or (decoded.steps and abs(next(iter(decoded.steps)) - period) > 1e-4):
+        result.fail(
+            Reason.VIDEO_VARIABLE_FRAME_RATE,
+            f"{camera}: frames are not evenly spaced at 1/{expected.fps} s (variable frame rate"
+            " or dropped frames).",
+        )
+    elif decoded.timestamp_error > TIMESTAMP_TOLERANCE_S:
+        result.fail(
+            Reason.VIDEO_TIMESTAMPS,
+            f"{camera}: a frame is {decoded.timestamp_error:.4f} s from i/fps (tolerance"
+            f" {TIMESTAMP_TOLERANCE_S:g} s).",
+        )
+    longest_allowed = limits.max_still_seconds * expected.fps
+    if decoded.black.longest > longest_allowed:
+        result.fail(
+            Reason.VIDEO_BLACK,
+            f"{camera}: {decoded.black.longest / expected.fps:.1f} s of black frames (at most"
+            f" {limits.max_still_seconds:g} s).",
+        )
+    if decoded.frozen.longest > longest_allowed:
+        result.fail(
+            Reason.VIDEO_FROZEN,
+            f"{camera}: the picture is frozen for {decoded.frozen.longest / expected.fps:.1f} s"
+            f" (at most {limits.max_still_seconds:g} s).",
+        )
+
+
+def check_camera_lengths(measures: dict[str, VideoMeasure], result: QAResult) -> None:
+    """Every camera has the same number of frames."""
+    lengths = {key: m.frames for key, m in measures.items() if m.frames}
+    if len(set(lengths.values())) > 1:
+        listed = ", ".join(f"{key} {frames}" for key, frames in sorted(lengths.items()))
+        result.fail(
+            Reason.VIDEO_LENGTHS_DIFFER, f"The cameras have different frame counts: {listed}."
+        )
