@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_DOWN, Decimal
 
 from fleet_agent import uploads
+from fleet_agent.cameras import VIDEO_DEFECTS
 from fleet_agent.client import ApiClient, ApiError, TransientError
 from fleet_agent.config import AgentConfig, SiteConfig
 from fleet_agent.episodes import Episode, choose_defect, make_episode
@@ -416,18 +417,22 @@ class FleetAgent:
         if missing_seconds < seconds:  # the last one: just enough, a frame to spare
             needed = (math.ceil(missing_seconds * fps) + 1) / fps
             seconds = max(collection.min_episode_seconds, needed)
-        defect = choose_defect(self.rng, self.defect_rate)
-        dim = self._action_dim(job["embodiment"])
+        cameras = uploads.cameras_of(job)
+        defect = choose_defect(self.rng, self.defect_rate, VIDEO_DEFECTS if cameras else ())
+        video_defect = defect if defect in VIDEO_DEFECTS else None
         episode = make_episode(
-            action_dim=dim,
+            action_dim=self._action_dim(job["embodiment"]),
             fps=fps,
             seconds=seconds,
             seed=self.rng.getrandbits(32),
-            defect=defect,
+            defect=None if video_defect else defect,
+            vectors=uploads.vectors_of(job),
         )
         site_config = self.site_configs.get(job["site"])
         objects = list(site_config.objects) if site_config else []
-        videos = uploads.videos_for(job, episode, seed=self.rng.getrandbits(16))
+        videos = uploads.videos_for(
+            job, episode, seed=self.rng.getrandbits(16), defect=video_defect
+        )
         handled = self.rng.sample(objects, k=min(len(objects), self.rng.randint(1, 3)))
         body = {
             "site": job["site"],

@@ -48,6 +48,8 @@ class Episode:
     # One MP4 per camera of the job's stream spec (camera_key -> bytes); fleet_agent/uploads.py
     # registers and uploads them next to the parquet.
     videos: dict[str, bytes] = field(default_factory=dict)
+    # The joint state (frames x D) the cameras are rendered from (fleet_agent/cameras.py).
+    state: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def size_bytes(self) -> int:
@@ -98,8 +100,11 @@ def make_episode(
     seconds: float = 20.0,
     seed: int | None = None,
     defect: str | None = None,
+    vectors: list[dict] | None = None,
 ) -> Episode:
-    """Generate one episode's parquet bytes. `defect` is None or one of DEFECTS."""
+    """Generate one episode's parquet bytes. `defect` is None or one of DEFECTS. `vectors`:
+    the job's other frame-aligned sensor streams (the stream spec's, {"key", "names"}), each
+    written as a column of smooth readings."""
     if action_dim < 1:
         raise ValueError("action_dim must be at least 1")
     if fps < 1:
@@ -129,14 +134,16 @@ def make_episode(
         state = _resize(state, width)
         action = _resize(action, width)
 
-    table = pa.table(
-        {
-            "observation.state": _vectors(state.astype(np.float32), width),
-            "action": _vectors(action.astype(np.float32), width),
-            "timestamp": pa.array(timestamp.astype(np.float32)),
-            "frame_index": pa.array(frame_index),
-        }
-    )
+    columns = {
+        "observation.state": _vectors(state.astype(np.float32), width),
+        "action": _vectors(action.astype(np.float32), width),
+        "timestamp": pa.array(timestamp.astype(np.float32)),
+        "frame_index": pa.array(frame_index),
+    }
+    for vector in vectors or []:
+        readings = _sensor_readings(frames, len(vector["names"]), fps, rng)
+        columns[vector["key"]] = _vectors(readings, len(vector["names"]))
+    table = pa.table(columns)
     sink = io.BytesIO()
     pq.write_table(table, sink)
     data = sink.getvalue()
@@ -147,7 +154,16 @@ def make_episode(
         frames=frames,
         action_dim=action_dim,
         defect=defect,
+        state=state,
     )
+
+
+def _sensor_readings(frames: int, width: int, fps: int, rng: np.random.Generator) -> np.ndarray:
+    """Slowly varying readings with a little noise (forces in N, torques in N m, taxels)."""
+    t = np.arange(frames)[:, None] / fps
+    phase = rng.uniform(0, 2 * np.pi, width)
+    readings = 2.0 * np.sin(0.7 * t + phase) + rng.normal(0.0, 0.05, (frames, width))
+    return readings.astype(np.float32)
 
 
 def _resize(matrix: np.ndarray, width: int) -> np.ndarray:
@@ -160,8 +176,9 @@ def _vectors(matrix: np.ndarray, width: int) -> pa.FixedSizeListArray:
     return pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1)), width)
 
 
-def choose_defect(rng: random.Random, defect_rate: float) -> str | None:
-    """A defect kind with probability defect_rate, else None."""
+def choose_defect(rng: random.Random, defect_rate: float, video_defects: tuple = ()) -> str | None:
+    """A defect kind with probability defect_rate, else None; with cameras, the video
+    defects (fleet_agent/cameras.py VIDEO_DEFECTS) are among the kinds."""
     if defect_rate > 0 and rng.random() < defect_rate:
-        return rng.choice(DEFECTS)
+        return rng.choice(DEFECTS + tuple(video_defects))
     return None

@@ -143,3 +143,41 @@ def test_unknown_defects_and_codecs_are_refused():
     with pytest.raises(ValueError, match="codec"):
         render_camera_videos(_arrays(seconds=1.0), CAMERAS, FPS, codec="vp9")
     assert set(VIDEO_DEFECTS) == {"dropped_frames", "wrong_fps", "frozen", "truncated"}
+
+
+# --- The agent's videos against the platform's video QA (datasets/qa_video_checks.py) -------
+
+
+def _video_qa(tmp_path, key, data, frames, fps=FPS):
+    from datasets.qa_checks import QAResult
+    from datasets.qa_video_checks import VideoExpectation, VideoLimits, check_video_file
+
+    path = tmp_path / f"{key}.mp4"
+    path.write_bytes(data)
+    result = QAResult()
+    expectation = VideoExpectation(
+        camera_key=key, fps=fps, frames=frames, min_width=320, min_height=240
+    )
+    check_video_file(path, expectation, result, VideoLimits())
+    return [failure.code for failure in result.failures]
+
+
+@pytest.mark.parametrize("codec", ["h264", "av1"])
+def test_clean_renders_of_every_view_pass_video_qa(tmp_path, codec):
+    # a long, slow episode (the agent's episodes last 10 s to minutes): neither view may look
+    # frozen or black to QA while the arm moves slowly or pauses
+    arrays = {"observation.state": make_episode(action_dim=8, fps=FPS, seconds=12, seed=3).state}
+    frames = len(arrays["observation.state"])
+    videos = render_camera_videos(arrays, CAMERAS, FPS, codec=codec, seed=5)
+    for key, data in videos.items():
+        assert _video_qa(tmp_path, key.rsplit(".", 1)[-1], data, frames) == [], key
+
+
+@pytest.mark.parametrize("defect", VIDEO_DEFECTS)
+def test_each_video_defect_is_rejected_by_video_qa(tmp_path, defect):
+    arrays = {"observation.state": make_episode(action_dim=8, fps=FPS, seconds=8, seed=4).state}
+    frames = len(arrays["observation.state"])
+    videos = render_camera_videos(arrays, CAMERAS, FPS, defect=defect, seed=6)
+    first, second = list(videos)
+    assert _video_qa(tmp_path, "spoiled", videos[first], frames) != [], defect
+    assert _video_qa(tmp_path, "clean", videos[second], frames) == []

@@ -191,6 +191,9 @@ class Command(BaseCommand):
             )
         if once:
             self.stdout.write(f"demo: {result.files_verified} files verified against manifest.json")
+            self.stdout.write(
+                f"demo: {result.videos_verified} cameras' videos decoded, every frame present"
+            )
             for problem in result.problems:
                 self.stderr.write(f"demo problem: {problem}")
             self.stdout.write("DEMO OK" if result.ok else "DEMO FAILED")
