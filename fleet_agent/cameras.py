@@ -55,7 +55,8 @@ def _camera(camera) -> tuple[str, int, int]:
         return camera, *DEFAULT_SIZE
     width = camera.get("width") or max(camera.get("min_width") or 0, DEFAULT_SIZE[0])
     height = camera.get("height") or max(camera.get("min_height") or 0, DEFAULT_SIZE[1])
-    return camera["key"], int(width) // 2 * 2, int(height) // 2 * 2
+    # yuv420p wants even sizes: round up, so the spec's minimum still holds
+    return camera["key"], -(-int(width) // 2) * 2, -(-int(height) // 2) * 2
 
 
 class _Renderer:

@@ -10,7 +10,8 @@ import pytest
 from datasets import storage
 from datasets.models import Episode, EpisodeVideo
 from fleet_agent import FleetAgent
-from fleet_agent.uploads import declarations, put_videos, synthetic_view, videos_for
+from fleet_agent.cameras import render_camera_videos
+from fleet_agent.uploads import declarations, put_videos, videos_for
 from fleets.models import Job
 from fleets.services.planning import order_plan
 from orders.models import Order
@@ -60,7 +61,7 @@ def test_the_agent_uploads_every_cameras_video_and_the_order_is_delivered(
             assert storage.object_sha256(video.upload_key) == video.sha256
 
 
-def test_a_job_without_cameras_gets_no_videos_and_synthetic_views_decode():
+def test_a_job_without_cameras_gets_no_videos_and_rendered_views_decode():
     from fleet_agent.episodes import make_episode
 
     episode = make_episode(action_dim=8, seconds=1, seed=0)
@@ -77,7 +78,9 @@ def test_a_job_without_cameras_gets_no_videos_and_synthetic_views_decode():
     assert len(frames) == episode.frames
     assert (stream.codec_context.width, stream.codec_context.height) == (322, 240)
     own = make_episode(action_dim=8, seconds=1, seed=0)
-    mine = synthetic_view(frames=own.frames, fps=30, width=320, height=240, seed=5)
+    mine = render_camera_videos({"observation.state": own.state}, CAMERAS[:1], 30, seed=5)[
+        CAMERAS[0]
+    ]
     assert videos_for(job, own.__class__(**{**own.__dict__, "videos": {CAMERAS[0]: mine}})) == {
         CAMERAS[0]: mine
     }
