@@ -52,6 +52,14 @@ class Episode(models.Model):
     declared_frames = models.PositiveIntegerField(null=True, blank=True)
     frames = models.PositiveIntegerField(null=True, blank=True)
     duration_seconds = models.DecimalField(max_digits=12, decimal_places=3, null=True, blank=True)
+    # Content QA (datasets/qa_content.py): the score in [0, 1], what it was computed from, and
+    # the trajectory's two fingerprints (near-duplicates: an indexed equality lookup).
+    quality_score = models.FloatField(null=True, blank=True)
+    idle_fraction = models.FloatField(null=True, blank=True)
+    jerk = models.FloatField(null=True, blank=True)  # RMS, state units / s^3
+    qa_measurements = models.JSONField(default=dict, blank=True)
+    content_fingerprint = models.CharField(max_length=32, blank=True)
+    content_fingerprint_alt = models.CharField(max_length=32, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     uploaded_at = models.DateTimeField(null=True, blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)
@@ -78,6 +86,16 @@ class Episode(models.Model):
         indexes = [
             models.Index(fields=["order", "status"]),
             models.Index(fields=["job", "status"]),
+            models.Index(
+                fields=["content_fingerprint"],
+                condition=models.Q(status="accepted"),
+                name="episode_fingerprint_accepted",
+            ),
+            models.Index(
+                fields=["content_fingerprint_alt"],
+                condition=models.Q(status="accepted"),
+                name="episode_fingerprint_alt_acc",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -19,6 +19,7 @@ fleet_urlpatterns = [
 # Mounted under /api/v1/ (customer keys).
 urlpatterns = [
     path("orders/<uuid:pk>/coverage", api.OrderCoverage.as_view(), name="order-coverage"),
+    path("orders/<uuid:pk>/episodes", api.OrderEpisodeList.as_view(), name="order-episodes"),
     path(
         "orders/<uuid:pk>/deliveries", api.OrderDeliveryList.as_view(), name="order-delivery-list"
     ),

@@ -115,7 +115,7 @@ class FleetAgent:
         self.sites: dict[str, dict] = {}  # id -> site
         self.site_configs: dict[str, SiteConfig] = {}  # id -> its configuration
         self.robots: list[dict] = []
-        self._action_dims: dict[str, int] = {}
+        self._embodiments: dict[str, dict] = {}
         self._order_fps: dict[str, int] = {}
         self._uploads: dict[str, _Upload] = {}  # episode id -> upload
         self._reported: dict[str, tuple[Decimal, float]] = {}  # job -> (hours, when)
@@ -415,13 +415,14 @@ class FleetAgent:
             needed = (math.ceil(missing_seconds * fps) + 1) / fps
             seconds = max(collection.min_episode_seconds, needed)
         defect = choose_defect(self.rng, self.defect_rate)
-        dim = self._action_dim(job["embodiment"])
+        embodiment = self._embodiment(job["embodiment"])
         episode = make_episode(
-            action_dim=dim,
+            action_dim=int(embodiment["action_dim"]),
             fps=fps,
             seconds=seconds,
             seed=self.rng.getrandbits(32),
             defect=defect,
+            state_limits=embodiment.get("state_limits") or None,
         )
         site_config = self.site_configs.get(job["site"])
         objects = list(site_config.objects) if site_config else []
@@ -556,14 +557,13 @@ class FleetAgent:
                 return robot
         return None
 
-    def _action_dim(self, embodiment: str) -> int:
-        if embodiment not in self._action_dims:
-            self._action_dims = {
-                slug: int(e["action_dim"]) for slug, e in self.client.embodiments().items()
-            }
-        if embodiment not in self._action_dims:
+    def _embodiment(self, embodiment: str) -> dict:
+        """The catalog's entry: action_dim and the state_limits content QA checks."""
+        if embodiment not in self._embodiments:
+            self._embodiments = self.client.embodiments()
+        if embodiment not in self._embodiments:
             raise ApiError(0, "unknown_embodiment", f"{embodiment!r} is not in the catalog.")
-        return self._action_dims[embodiment]
+        return self._embodiments[embodiment]
 
     def _error(self, message: str) -> None:
         log.error("%s", message)

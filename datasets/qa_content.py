@@ -1,0 +1,280 @@
+"""Content QA: is the episode a usable demonstration, not only a well-formed file?
+
+Pure numpy on the decoded `observation.state` and `action` arrays (frames x D) that
+datasets/qa_checks.py reads; it runs only once the format checks passed (finite values, the
+right vector length, frame_index and timestamps in order). Each check has a stable reason
+code (datasets.qa_checks.Reason) and a threshold from the embodiment (its `state_limits`) or
+from settings (EPISODE_QA_*, ContentThresholds below); the rules, in datasets/README.md:
+
+- state_out_of_limits: every state element within the embodiment's [low, high] (+ tolerance).
+- state_jump: no element moves more between two frames than max_speed / fps + jump_tolerance.
+- idle_episode: a frame is idle when the state, smoothed over 0.2 s, moves slower than
+  idle_speed (units/s, the fastest element over 0.5 s); an idle fraction over
+  max_idle_fraction rejects. An idle head or tail longer than idle_edge_flag_seconds is a
+  flag (measured, not a rejection).
+- frozen_signal: a state element constant (peak-to-peak <= frozen_epsilon) for the whole
+  episode: a dead sensor.
+- action_state_mismatch: actions are joint targets, so action[t] must predict state[t+lag]
+  for some lag in 0..max_action_lag_seconds. The rule: the best lag's median (over the
+  elements that move) Pearson correlation of action[t] with state[t+lag] must reach
+  min_action_correlation. Random or unrelated actions correlate near 0.
+- near-duplicates (decided in datasets/services/qa.py, which has the database): two
+  fingerprints of the state, downsampled to FINGERPRINT_SEGMENTS segment means, z-scored per
+  element and quantised on two grids offset by half a step (a value near one grid's edge is
+  in the middle of the other's); an accepted episode with either fingerprint is a duplicate.
+
+The quality score in [0, 1] is the mean of activity (1 - idle fraction), action-state
+consistency (the correlation, clipped to [0, 1]) and smoothness (1 / (1 + jerk / jerk_ref),
+jerk the RMS third derivative of the smoothed state, units/s^3).
+"""
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+FINGERPRINT_SEGMENTS = 8
+FINGERPRINT_STEP = 0.5  # z-score units per quantisation step
+SMOOTH_SECONDS = 0.2
+MOTION_SECONDS = 0.5
+JERK_STEP_SECONDS = 0.1
+
+
+class ContentReason:
+    STATE_OUT_OF_LIMITS = "state_out_of_limits"
+    STATE_JUMP = "state_jump"
+    IDLE_EPISODE = "idle_episode"
+    FROZEN_SIGNAL = "frozen_signal"
+    ACTION_STATE_MISMATCH = "action_state_mismatch"
+    NEAR_DUPLICATE = "near_duplicate"
+
+
+@dataclass(frozen=True)
+class ContentThresholds:
+    """The content checks' thresholds: the embodiment's limits, the rest from settings."""
+
+    state_limits: tuple = ()  # ((low, high), ...) per state element; () = no limits
+    state_names: tuple = ()
+    limit_tolerance: float = 0.02  # units beyond a limit still accepted (sensor overshoot)
+    max_speed: float = 6.0  # units/s between two frames
+    jump_tolerance: float = 0.05  # units per frame on top of max_speed / fps (noise)
+    idle_speed: float = 0.02  # units/s: slower than this is idle
+    max_idle_fraction: float = 0.5
+    idle_edge_flag_seconds: float = 2.0
+    frozen_epsilon: float = 1e-6
+    min_action_correlation: float = 0.5
+    max_action_lag_seconds: float = 0.5
+    jerk_reference: float = 10.0  # units/s^3 at which smoothness is 0.5
+
+    def as_json(self) -> dict:
+        return {
+            "state_limits": [list(pair) for pair in self.state_limits],
+            "limit_tolerance": self.limit_tolerance,
+            "max_speed": self.max_speed,
+            "jump_tolerance": self.jump_tolerance,
+            "idle_speed": self.idle_speed,
+            "max_idle_fraction": self.max_idle_fraction,
+            "idle_edge_flag_seconds": self.idle_edge_flag_seconds,
+            "frozen_epsilon": self.frozen_epsilon,
+            "min_action_correlation": self.min_action_correlation,
+            "max_action_lag_seconds": self.max_action_lag_seconds,
+            "jerk_reference": self.jerk_reference,
+        }
+
+
+@dataclass
+class ContentReport:
+    failures: list = field(default_factory=list)  # [(code, message)]
+    measurements: dict = field(default_factory=dict)
+    quality_score: float | None = None
+    fingerprints: tuple = ("", "")
+
+
+def check_content(
+    state: np.ndarray, action: np.ndarray, *, fps: int, thresholds: ContentThresholds
+) -> ContentReport:
+    """All content checks on finite (frames, D) arrays; failures are (code, message)."""
+    report = ContentReport()
+    state = np.asarray(state, dtype=np.float64)
+    action = np.asarray(action, dtype=np.float64)
+    names = _names(thresholds, state.shape[1])
+    _check_limits(state, thresholds, names, report)
+    _check_jumps(state, fps, thresholds, names, report)
+    _check_frozen(state, thresholds, names, report)
+    idle = _measure_idle(state, fps, thresholds, report)
+    correlation = _check_action_state(state, action, fps, thresholds, report)
+    jerk = _jerk(state, fps)
+    report.measurements["jerk"] = round(jerk, 4)
+    report.quality_score = quality_score(
+        idle_fraction=idle, correlation=correlation, jerk=jerk, thresholds=thresholds
+    )
+    report.fingerprints = fingerprints(state)
+    return report
+
+
+def quality_score(*, idle_fraction, correlation, jerk, thresholds: ContentThresholds) -> float:
+    parts = [1.0 - idle_fraction, 1.0 / (1.0 + jerk / thresholds.jerk_reference)]
+    if correlation is not None:
+        parts.append(min(1.0, max(0.0, correlation)))
+    return round(float(np.mean(parts)), 4)
+
+
+def _names(thresholds: ContentThresholds, dim: int) -> list[str]:
+    if len(thresholds.state_names) == dim:
+        return list(thresholds.state_names)
+    return [f"state[{index}]" for index in range(dim)]
+
+
+def _check_limits(state, thresholds, names, report) -> None:
+    limits = np.asarray(thresholds.state_limits, dtype=np.float64).reshape(-1, 2)
+    if len(limits) != state.shape[1]:
+        return  # no limits declared (or not one pair per element): nothing to check
+    tolerance = thresholds.limit_tolerance
+    below = state < limits[:, 0] - tolerance
+    above = state > limits[:, 1] + tolerance
+    outside = below | above
+    report.measurements["frames_out_of_limits"] = int(outside.any(axis=1).sum())
+    if outside.any():
+        frame, element = np.argwhere(outside)[0]
+        low, high = limits[element]
+        report.failures.append(
+            (
+                ContentReason.STATE_OUT_OF_LIMITS,
+                f"{names[element]} is {state[frame, element]:.4g} at frame {frame}, outside"
+                f" the robot's limits [{low:g}, {high:g}] (tolerance {tolerance:g});"
+                f" {report.measurements['frames_out_of_limits']} frames are outside.",
+            )
+        )
+
+
+def _check_jumps(state, fps, thresholds, names, report) -> None:
+    if len(state) < 2:
+        return
+    steps = np.abs(np.diff(state, axis=0))
+    bound = thresholds.max_speed / fps + thresholds.jump_tolerance
+    frame, element = np.unravel_index(int(np.argmax(steps)), steps.shape)
+    largest = float(steps[frame, element])
+    report.measurements["max_step"] = round(largest, 6)
+    if largest > bound:
+        report.failures.append(
+            (
+                ContentReason.STATE_JUMP,
+                f"{names[element]} jumps {largest:.4g} between frames {frame} and {frame + 1};"
+                f" at most {bound:.4g} per frame ({thresholds.max_speed:g}/s at {fps} fps"
+                f" + {thresholds.jump_tolerance:g}).",
+            )
+        )
+
+
+def _check_frozen(state, thresholds, names, report) -> None:
+    frozen = np.flatnonzero(np.ptp(state, axis=0) <= thresholds.frozen_epsilon)
+    report.measurements["frozen_elements"] = [names[index] for index in frozen]
+    if frozen.size:
+        report.failures.append(
+            (
+                ContentReason.FROZEN_SIGNAL,
+                f"{', '.join(names[index] for index in frozen)} never change"
+                " during the whole episode (a frozen or disconnected sensor).",
+            )
+        )
+
+
+def _smoothed(state: np.ndarray, window: int) -> np.ndarray:
+    """Moving average over `window` frames (valid part only)."""
+    if window <= 1 or len(state) < window:
+        return state
+    sums = np.cumsum(np.vstack([np.zeros((1, state.shape[1])), state]), axis=0)
+    return (sums[window:] - sums[:-window]) / window
+
+
+def _measure_idle(state, fps, thresholds, report) -> float:
+    smooth = _smoothed(state, max(1, round(SMOOTH_SECONDS * fps)))
+    span = max(1, round(MOTION_SECONDS * fps))
+    if len(smooth) <= span:
+        speed = np.array([np.abs(smooth[-1] - smooth[0]).max() * fps / max(1, len(smooth) - 1)])
+    else:
+        speed = np.abs(smooth[span:] - smooth[:-span]).max(axis=1) * fps / span
+    idle = speed < thresholds.idle_speed
+    fraction = float(idle.mean())
+    head = (np.argmin(idle) if not idle.all() else idle.size) / fps
+    tail = (np.argmin(idle[::-1]) if not idle.all() else idle.size) / fps
+    flags = []
+    if head > thresholds.idle_edge_flag_seconds:
+        flags.append("idle_head")
+    if tail > thresholds.idle_edge_flag_seconds:
+        flags.append("idle_tail")
+    report.measurements.update(
+        idle_fraction=round(fraction, 4),
+        idle_head_seconds=round(float(head), 3),
+        idle_tail_seconds=round(float(tail), 3),
+        flags=flags,
+    )
+    if fraction > thresholds.max_idle_fraction:
+        report.failures.append(
+            (
+                ContentReason.IDLE_EPISODE,
+                f"The robot is idle for {fraction:.0%} of the episode (moving slower than"
+                f" {thresholds.idle_speed:g}/s); at most {thresholds.max_idle_fraction:.0%}.",
+            )
+        )
+    return fraction
+
+
+def _check_action_state(state, action, fps, thresholds, report) -> float | None:
+    """Best lag's median correlation of action[t] with state[t + lag] over moving elements."""
+    moving = np.flatnonzero(np.ptp(state, axis=0) >= thresholds.idle_speed)
+    max_lag = min(round(thresholds.max_action_lag_seconds * fps), len(state) - 3)
+    if moving.size == 0 or max_lag < 0:
+        report.measurements.update(action_state_correlation=None, action_lag_frames=None)
+        return None
+    best, best_lag = -1.0, 0
+    for lag in range(max_lag + 1):
+        a = action[: len(action) - lag, moving]
+        s = state[lag:, moving]
+        a = a - a.mean(axis=0)
+        s = s - s.mean(axis=0)
+        denominator = np.sqrt((a * a).sum(axis=0) * (s * s).sum(axis=0))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            correlation = np.where(denominator > 0, (a * s).sum(axis=0) / denominator, 0.0)
+        median = float(np.median(correlation))
+        if median > best:
+            best, best_lag = median, lag
+    report.measurements.update(
+        action_state_correlation=round(best, 4), action_lag_frames=int(best_lag)
+    )
+    if best < thresholds.min_action_correlation:
+        report.failures.append(
+            (
+                ContentReason.ACTION_STATE_MISMATCH,
+                f"The actions do not predict the next states: their best correlation with the"
+                f" state (lag 0 to {max_lag} frames) is {best:.2f};"
+                f" at least {thresholds.min_action_correlation:g}.",
+            )
+        )
+    return best
+
+
+def _jerk(state, fps) -> float:
+    """RMS third derivative of the smoothed state, sampled every JERK_STEP_SECONDS."""
+    smooth = _smoothed(state, max(1, round(SMOOTH_SECONDS * fps)))
+    step = max(1, round(JERK_STEP_SECONDS * fps))
+    sampled = smooth[::step]
+    if len(sampled) < 4:
+        return 0.0
+    third = np.diff(sampled, n=3, axis=0) / (step / fps) ** 3
+    return float(np.sqrt(np.mean(third * third)))
+
+
+def fingerprints(state: np.ndarray) -> tuple[str, str]:
+    """Two hex fingerprints of the downsampled, normalised trajectory (see the module doc)."""
+    state = np.asarray(state, dtype=np.float64)
+    segments = np.array_split(state, min(FINGERPRINT_SEGMENTS, len(state)), axis=0)
+    means = np.stack([segment.mean(axis=0) for segment in segments])
+    spread = np.maximum(state.std(axis=0), 1e-3)
+    z = (means - state.mean(axis=0)) / spread
+    out = []
+    for offset in (0.0, 0.5):
+        grid = np.clip(np.floor(z / FINGERPRINT_STEP + offset), -8, 8).astype(np.int8)
+        digest = hashlib.sha256(f"{state.shape[1]}:{len(means)}:".encode() + grid.tobytes())
+        out.append(digest.hexdigest()[:32])
+    return out[0], out[1]
