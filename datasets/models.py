@@ -5,7 +5,7 @@ from decimal import Decimal
 
 from django.db import models
 
-from fleets.models import Fleet, Job, Robot, Site
+from fleets.models import Fleet, Job, Operator, Robot, Site
 from orders.models import Order
 
 
@@ -23,6 +23,10 @@ class Episode(models.Model):
     site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="episodes")
     robot = models.ForeignKey(Robot, on_delete=models.PROTECT, related_name="episodes")
     operator = models.CharField(max_length=64)  # a pseudonym, never a person's name
+    # The fleet's registered operator of that pseudonym (None: the fleet registers none).
+    registered_operator = models.ForeignKey(
+        Operator, null=True, blank=True, on_delete=models.PROTECT, related_name="episodes"
+    )
     task_instruction = models.CharField(max_length=500)
     success = models.BooleanField()
     objects_handled = models.JSONField(default=list, blank=True)

@@ -387,6 +387,12 @@ EPISODE_QA_JERK_REFERENCE = float(os.environ.get("EPISODE_QA_JERK_REFERENCE", "1
 # Near-duplicates of an accepted episode in another order are refused too (within the order
 # always).
 EPISODE_QA_PLATFORM_DUPLICATES = env_bool("EPISODE_QA_PLATFORM_DUPLICATES", True)
+# Operator outliers within an order (datasets/operator_figures.py): among operators with at
+# least MIN_EPISODES checked episodes, flagged when the mean quality score is below RATIO x
+# the order's median, or the acceptance rate more than GAP below the order's median.
+OPERATOR_OUTLIER_MIN_EPISODES = int(os.environ.get("OPERATOR_OUTLIER_MIN_EPISODES", "3"))
+OPERATOR_OUTLIER_QUALITY_RATIO = float(os.environ.get("OPERATOR_OUTLIER_QUALITY_RATIO", "0.8"))
+OPERATOR_OUTLIER_ACCEPTANCE_GAP = float(os.environ.get("OPERATOR_OUTLIER_ACCEPTANCE_GAP", "0.2"))
 # Registered episodes whose upload never completed are rejected (and a multipart upload
 # aborted) this long after their last upload URL expired.
 EPISODE_UPLOAD_ABANDONED_SECONDS = int(os.environ.get("EPISODE_UPLOAD_ABANDONED_SECONDS", "3600"))
