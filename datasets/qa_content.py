@@ -19,9 +19,11 @@ from settings (EPISODE_QA_*, ContentThresholds below); the rules, in datasets/RE
   elements that move) Pearson correlation of action[t] with state[t+lag] must reach
   min_action_correlation. Random or unrelated actions correlate near 0.
 - near-duplicates (decided in datasets/services/qa.py, which has the database): two
-  fingerprints of the state, downsampled to FINGERPRINT_SEGMENTS segment means, z-scored per
-  element and quantised on two grids offset by half a step (a value near one grid's edge is
-  in the middle of the other's); an accepted episode with either fingerprint is a duplicate.
+  fingerprints of the state, smoothed over 0.2 s and sampled at FINGERPRINT_POINTS evenly
+  spaced frames (first to last), z-scored per element and quantised on two grids offset by
+  half a step (a value near one grid's edge is in the middle of the other's); an accepted
+  episode with either fingerprint is a duplicate. (Samples, not segment means: the means of
+  a long repetitive motion all tend to its average, so unrelated long episodes would match.)
 
 The quality score in [0, 1] is the mean of activity (1 - idle fraction), action-state
 consistency (the correlation, clipped to [0, 1]) and smoothness (1 / (1 + jerk / jerk_ref),
@@ -33,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-FINGERPRINT_SEGMENTS = 8
+FINGERPRINT_POINTS = 16
 FINGERPRINT_STEP = 0.5  # z-score units per quantisation step
 SMOOTH_SECONDS = 0.2
 MOTION_SECONDS = 0.5
@@ -108,7 +110,7 @@ def check_content(
     report.quality_score = quality_score(
         idle_fraction=idle, correlation=correlation, jerk=jerk, thresholds=thresholds
     )
-    report.fingerprints = fingerprints(state)
+    report.fingerprints = fingerprints(state, fps)
     return report
 
 
@@ -265,16 +267,16 @@ def _jerk(state, fps) -> float:
     return float(np.sqrt(np.mean(third * third)))
 
 
-def fingerprints(state: np.ndarray) -> tuple[str, str]:
+def fingerprints(state: np.ndarray, fps: int) -> tuple[str, str]:
     """Two hex fingerprints of the downsampled, normalised trajectory (see the module doc)."""
     state = np.asarray(state, dtype=np.float64)
-    segments = np.array_split(state, min(FINGERPRINT_SEGMENTS, len(state)), axis=0)
-    means = np.stack([segment.mean(axis=0) for segment in segments])
+    smooth = _smoothed(state, max(1, round(SMOOTH_SECONDS * fps)))
+    points = np.linspace(0, len(smooth) - 1, FINGERPRINT_POINTS).round().astype(int)
     spread = np.maximum(state.std(axis=0), 1e-3)
-    z = (means - state.mean(axis=0)) / spread
+    z = (smooth[points] - state.mean(axis=0)) / spread
     out = []
     for offset in (0.0, 0.5):
         grid = np.clip(np.floor(z / FINGERPRINT_STEP + offset), -8, 8).astype(np.int8)
-        digest = hashlib.sha256(f"{state.shape[1]}:{len(means)}:".encode() + grid.tobytes())
+        digest = hashlib.sha256(f"{state.shape[1]}:{FINGERPRINT_POINTS}:".encode() + grid.tobytes())
         out.append(digest.hexdigest()[:32])
     return out[0], out[1]

@@ -145,12 +145,15 @@ def test_actions_leading_the_state_by_a_few_frames_are_consistent():
 
 def test_fingerprints_match_a_resubmitted_trajectory_and_differ_between_demonstrations():
     state, _ = clean()
-    same = fingerprints(state)
-    assert fingerprints(state.astype(np.float32).astype(np.float64)) == same
+    same = fingerprints(state, FPS)
+    assert fingerprints(state.astype(np.float32).astype(np.float64), FPS) == same
     jittered = state + np.random.default_rng(3).normal(0, 1e-4, state.shape)
-    assert set(fingerprints(jittered)) & set(same)  # one grid at least still matches
-    assert not set(fingerprints(clean(seed=1)[0])) & set(same)
-    assert not set(fingerprints(clean(frames=300)[0])) & set(same)  # a prefix is another
+    assert set(fingerprints(jittered, FPS)) & set(same)  # one grid at least still matches
+    assert not set(fingerprints(clean(seed=1)[0], FPS)) & set(same)
+    assert not set(fingerprints(clean(frames=300)[0], FPS)) & set(same)  # a prefix is another
+    # long repetitive demonstrations (40 min of swaying joints) stay apart too
+    long_ones = [fingerprints(clean(frames=24_000, seed=seed)[0], FPS) for seed in range(4)]
+    assert len({grid for pair in long_ones for grid in pair}) == 8
 
 
 @pytest.mark.django_db
