@@ -333,6 +333,8 @@ class OrderEpisodeList(generics.ListAPIView):
     serializer_class = CustomerEpisodeSerializer
 
     def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # the schema generator
+            return Episode.objects.none()
         order = (
             order_list(organization=caller_for_request(self.request).organization)
             .filter(pk=self.kwargs["pk"])

@@ -40,6 +40,7 @@ FINGERPRINT_STEP = 0.5  # z-score units per quantisation step
 SMOOTH_SECONDS = 0.2
 MOTION_SECONDS = 0.5
 JERK_STEP_SECONDS = 0.1
+IDLE_STEP_SECONDS = 0.05  # idle is looked at 20 times a second
 
 
 class ContentReason:
@@ -100,17 +101,22 @@ def check_content(
     state = np.asarray(state, dtype=np.float64)
     action = np.asarray(action, dtype=np.float64)
     names = _names(thresholds, state.shape[1])
-    _check_limits(state, thresholds, names, report)
+    extremes = state.min(axis=0), state.max(axis=0)  # shared: limits, frozen, moving elements
+    _check_limits(state, extremes, thresholds, names, report)
     _check_jumps(state, fps, thresholds, names, report)
-    _check_frozen(state, thresholds, names, report)
-    idle = _measure_idle(state, fps, thresholds, report)
-    correlation = _check_action_state(state, action, fps, thresholds, report)
-    jerk = _jerk(state, fps)
+    ptp = extremes[1] - extremes[0]
+    _check_frozen(ptp, thresholds, names, report)
+    smooth = _Smoothed(state, max(1, round(SMOOTH_SECONDS * fps)))  # shared by the next three
+    centred = state - smooth.sums[-1] / len(state)  # the prefix sum's last row: the total
+    spread = np.sqrt(_squares(centred) / len(state))
+    idle = _measure_idle(smooth, fps, thresholds, report)
+    correlation = _check_action_state(centred, action, ptp, fps, thresholds, report)
+    jerk = _jerk(smooth, fps)
     report.measurements["jerk"] = round(jerk, 4)
     report.quality_score = quality_score(
         idle_fraction=idle, correlation=correlation, jerk=jerk, thresholds=thresholds
     )
-    report.fingerprints = fingerprints(state, fps)
+    report.fingerprints = fingerprints(state, fps, smooth=smooth, spread=spread)
     return report
 
 
@@ -127,11 +133,15 @@ def _names(thresholds: ContentThresholds, dim: int) -> list[str]:
     return [f"state[{index}]" for index in range(dim)]
 
 
-def _check_limits(state, thresholds, names, report) -> None:
+def _check_limits(state, extremes, thresholds, names, report) -> None:
     limits = np.asarray(thresholds.state_limits, dtype=np.float64).reshape(-1, 2)
     if len(limits) != state.shape[1]:
         return  # no limits declared (or not one pair per element): nothing to check
     tolerance = thresholds.limit_tolerance
+    lowest, highest = extremes
+    if (lowest >= limits[:, 0] - tolerance).all() and (highest <= limits[:, 1] + tolerance).all():
+        report.measurements["frames_out_of_limits"] = 0
+        return
     below = state < limits[:, 0] - tolerance
     above = state > limits[:, 1] + tolerance
     outside = below | above
@@ -152,7 +162,8 @@ def _check_limits(state, thresholds, names, report) -> None:
 def _check_jumps(state, fps, thresholds, names, report) -> None:
     if len(state) < 2:
         return
-    steps = np.abs(np.diff(state, axis=0))
+    steps = np.diff(state, axis=0)
+    np.abs(steps, out=steps)
     bound = thresholds.max_speed / fps + thresholds.jump_tolerance
     frame, element = np.unravel_index(int(np.argmax(steps)), steps.shape)
     largest = float(steps[frame, element])
@@ -168,8 +179,8 @@ def _check_jumps(state, fps, thresholds, names, report) -> None:
         )
 
 
-def _check_frozen(state, thresholds, names, report) -> None:
-    frozen = np.flatnonzero(np.ptp(state, axis=0) <= thresholds.frozen_epsilon)
+def _check_frozen(ptp, thresholds, names, report) -> None:
+    frozen = np.flatnonzero(ptp <= thresholds.frozen_epsilon)
     report.measurements["frozen_elements"] = [names[index] for index in frozen]
     if frozen.size:
         report.failures.append(
@@ -181,25 +192,44 @@ def _check_frozen(state, thresholds, names, report) -> None:
         )
 
 
-def _smoothed(state: np.ndarray, window: int) -> np.ndarray:
-    """Moving average over `window` frames (valid part only)."""
-    if window <= 1 or len(state) < window:
-        return state
-    sums = np.cumsum(np.vstack([np.zeros((1, state.shape[1])), state]), axis=0)
-    return (sums[window:] - sums[:-window]) / window
+class _Smoothed:
+    """The state's moving average over `window` frames, evaluated only where it is needed
+    (from one prefix sum): smooth.at(indices), indices 0..len(smooth) - 1."""
+
+    def __init__(self, state: np.ndarray, window: int):
+        self.window = min(window, len(state))
+        self.sums = np.empty((len(state) + 1, state.shape[1]))
+        self.sums[0] = 0
+        np.cumsum(state, axis=0, out=self.sums[1:])
+        self.length = len(state) - self.window + 1
+
+    def at(self, indices) -> np.ndarray:
+        return (self.sums[indices + self.window] - self.sums[indices]) / self.window
+
+    def between(self, later: slice, earlier: slice) -> np.ndarray:
+        """smooth[later] - smooth[earlier] for two slices of one length (views, no gathers)."""
+        w = self.window
+        shifted = lambda part: slice(part.start + w, part.stop + w, part.step)  # noqa: E731
+        return (
+            self.sums[shifted(later)]
+            - self.sums[later]
+            - self.sums[shifted(earlier)]
+            + self.sums[earlier]
+        ) / w
 
 
-def _measure_idle(state, fps, thresholds, report) -> float:
-    smooth = _smoothed(state, max(1, round(SMOOTH_SECONDS * fps)))
-    span = max(1, round(MOTION_SECONDS * fps))
-    if len(smooth) <= span:
-        speed = np.array([np.abs(smooth[-1] - smooth[0]).max() * fps / max(1, len(smooth) - 1)])
-    else:
-        speed = np.abs(smooth[span:] - smooth[:-span]).max(axis=1) * fps / span
+def _measure_idle(smooth: _Smoothed, fps, thresholds, report) -> float:
+    """Idle where the fastest element's smoothed speed over MOTION_SECONDS is under
+    idle_speed, looked at every IDLE_STEP_SECONDS."""
+    span = max(1, min(round(MOTION_SECONDS * fps), smooth.length - 1))
+    stride = max(1, round(IDLE_STEP_SECONDS * fps))
+    stop = max(1, smooth.length - span)
+    moved = smooth.between(slice(span, stop + span, stride), slice(0, stop, stride))
+    speed = np.abs(moved).max(axis=1) * fps / span
     idle = speed < thresholds.idle_speed
     fraction = float(idle.mean())
-    head = (np.argmin(idle) if not idle.all() else idle.size) / fps
-    tail = (np.argmin(idle[::-1]) if not idle.all() else idle.size) / fps
+    head = (np.argmin(idle) if not idle.all() else idle.size) * stride / fps
+    tail = (np.argmin(idle[::-1]) if not idle.all() else idle.size) * stride / fps
     flags = []
     if head > thresholds.idle_edge_flag_seconds:
         flags.append("idle_head")
@@ -222,25 +252,26 @@ def _measure_idle(state, fps, thresholds, report) -> float:
     return fraction
 
 
-def _check_action_state(state, action, fps, thresholds, report) -> float | None:
-    """Best lag's median correlation of action[t] with state[t + lag] over moving elements."""
-    moving = np.flatnonzero(np.ptp(state, axis=0) >= thresholds.idle_speed)
+def _check_action_state(state, action, ptp, fps, thresholds, report) -> float | None:
+    """Best lag's median correlation of action[t] with state[t + lag] over moving elements
+    (`state` centred on its mean: correlation does not depend on it)."""
+    moving = np.flatnonzero(ptp >= thresholds.idle_speed)
     max_lag = min(round(thresholds.max_action_lag_seconds * fps), len(state) - 3)
     if moving.size == 0 or max_lag < 0:
         report.measurements.update(action_state_correlation=None, action_lag_frames=None)
         return None
-    best, best_lag = -1.0, 0
-    for lag in range(max_lag + 1):
-        a = action[: len(action) - lag, moving]
-        s = state[lag:, moving]
-        a = a - a.mean(axis=0)
-        s = s - s.mean(axis=0)
-        denominator = np.sqrt((a * a).sum(axis=0) * (s * s).sum(axis=0))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            correlation = np.where(denominator > 0, (a * s).sum(axis=0) / denominator, 0.0)
-        median = float(np.median(correlation))
-        if median > best:
-            best, best_lag = median, lag
+    if moving.size < state.shape[1]:
+        action, state = action[:, moving], state[:, moving]
+    correlate = _LaggedCorrelation(action, state)
+    # Every other lag, then the neighbours of the best: correlation varies smoothly with the
+    # lag for smooth motion, and random actions correlate at no lag.
+    scores = {lag: correlate.median(lag) for lag in {*range(0, max_lag + 1, 2), max_lag}}
+    coarse = max(scores, key=scores.get)
+    for lag in (coarse - 1, coarse + 1):
+        if 0 <= lag <= max_lag and lag not in scores:
+            scores[lag] = correlate.median(lag)
+    best_lag = max(sorted(scores), key=scores.get)
+    best = scores[best_lag]
     report.measurements.update(
         action_state_correlation=round(best, 4), action_lag_frames=int(best_lag)
     )
@@ -256,24 +287,61 @@ def _check_action_state(state, action, fps, thresholds, report) -> float | None:
     return best
 
 
-def _jerk(state, fps) -> float:
+class _LaggedCorrelation:
+    """The per-element Pearson correlation of action[t] with state[t + lag]: the window sums
+    are the totals less the few rows a lag leaves out, so each lag costs one dot product."""
+
+    def __init__(self, action, centred_state):
+        self.a = action - action.mean(axis=0)  # centred once: the sums lose no precision
+        self.s = centred_state
+        self.totals = (
+            self.a.sum(axis=0),
+            _squares(self.a),
+            self.s.sum(axis=0),  # ~0, kept exact
+            _squares(self.s),
+        )
+
+    def median(self, lag: int) -> float:
+        a, s, totals = self.a, self.s, self.totals
+        m = len(a) - lag
+        sum_a, sum_a2 = totals[0] - a[m:].sum(axis=0), totals[1] - _squares(a[m:])
+        sum_s, sum_s2 = totals[2] - s[:lag].sum(axis=0), totals[3] - _squares(s[:lag])
+        cross = np.einsum("ij,ij->j", a[:m], s[lag:])
+        covariance = cross - sum_a * sum_s / m
+        variance = (sum_a2 - sum_a * sum_a / m) * (sum_s2 - sum_s * sum_s / m)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            correlation = np.where(variance > 0, covariance / np.sqrt(np.maximum(variance, 0)), 0.0)
+        return float(np.median(correlation))
+
+
+def _squares(x: np.ndarray) -> np.ndarray:
+    """Per column sum of squares, without an n x D temporary."""
+    return np.einsum("ij,ij->j", x, x)
+
+
+def _jerk(smooth: _Smoothed, fps) -> float:
     """RMS third derivative of the smoothed state, sampled every JERK_STEP_SECONDS."""
-    smooth = _smoothed(state, max(1, round(SMOOTH_SECONDS * fps)))
     step = max(1, round(JERK_STEP_SECONDS * fps))
-    sampled = smooth[::step]
+    w = smooth.window
+    sampled = (
+        smooth.sums[w : smooth.length + w : step] - smooth.sums[0 : smooth.length : step]
+    ) / w
     if len(sampled) < 4:
         return 0.0
     third = np.diff(sampled, n=3, axis=0) / (step / fps) ** 3
     return float(np.sqrt(np.mean(third * third)))
 
 
-def fingerprints(state: np.ndarray, fps: int) -> tuple[str, str]:
+def fingerprints(state: np.ndarray, fps: int, smooth=None, spread=None) -> tuple[str, str]:
     """Two hex fingerprints of the downsampled, normalised trajectory (see the module doc)."""
     state = np.asarray(state, dtype=np.float64)
-    smooth = _smoothed(state, max(1, round(SMOOTH_SECONDS * fps)))
-    points = np.linspace(0, len(smooth) - 1, FINGERPRINT_POINTS).round().astype(int)
-    spread = np.maximum(state.std(axis=0), 1e-3)
-    z = (smooth[points] - state.mean(axis=0)) / spread
+    if smooth is None:
+        smooth = _Smoothed(state, max(1, round(SMOOTH_SECONDS * fps)))
+    if spread is None:
+        spread = state.std(axis=0)
+    points = np.linspace(0, smooth.length - 1, FINGERPRINT_POINTS).round().astype(int)
+    mean = smooth.sums[-1] / len(state)
+    z = (smooth.at(points) - mean) / np.maximum(spread, 1e-3)
     out = []
     for offset in (0.0, 0.5):
         grid = np.clip(np.floor(z / FINGERPRINT_STEP + offset), -8, 8).astype(np.int8)
