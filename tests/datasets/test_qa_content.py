@@ -210,6 +210,30 @@ def test_the_agent_stays_within_every_seeded_embodiments_limits():
             assert result.passed, (embodiment.slug, result.failures)
 
 
+@pytest.mark.django_db
+def test_the_readme_episode_example_passes_content_qa_for_the_franka(tmp_path):
+    import os
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text[text.index("## Episode file format") :]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        exec(compile(code, "README.md", "exec"), {})  # noqa: S102 - our own documentation
+    finally:
+        os.chdir(cwd)
+    data = (tmp_path / "episode.parquet").read_bytes()
+    expectation = EpisodeExpectation(
+        size=len(data), sha256_hex=sha256(data), fps=FPS, action_dim=DIM, content=franka()
+    )
+    result = check_episode_file(io.BytesIO(data), expectation)
+    assert result.passed, result.failures
+    assert result.quality_score > 0.9
+
+
 def test_content_checks_run_only_once_the_format_checks_passed():
     columns = episode_table(frames=300)
     columns["observation.state"][5, 0] = np.nan
