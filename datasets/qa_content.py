@@ -40,6 +40,7 @@ FINGERPRINT_STEP = 0.5  # z-score units per quantisation step
 SMOOTH_SECONDS = 0.2
 MOTION_SECONDS = 0.5
 JERK_STEP_SECONDS = 0.1
+CORRELATION_PAIRS = 20_000  # frames the action-state correlation is computed on, at most
 IDLE_STEP_SECONDS = 0.05  # idle is looked at 20 times a second
 
 
@@ -225,7 +226,7 @@ def _measure_idle(smooth: _Smoothed, fps, thresholds, report) -> float:
     stride = max(1, round(IDLE_STEP_SECONDS * fps))
     stop = max(1, smooth.length - span)
     moved = smooth.between(slice(span, stop + span, stride), slice(0, stop, stride))
-    speed = np.abs(moved).max(axis=1) * fps / span
+    speed = _row_max_abs(moved) * fps / span
     idle = speed < thresholds.idle_speed
     fraction = float(idle.mean())
     head = (np.argmin(idle) if not idle.all() else idle.size) * stride / fps
@@ -288,30 +289,43 @@ def _check_action_state(state, action, ptp, fps, thresholds, report) -> float | 
 
 
 class _LaggedCorrelation:
-    """The per-element Pearson correlation of action[t] with state[t + lag]: the window sums
-    are the totals less the few rows a lag leaves out, so each lag costs one dot product."""
+    """The per-element Pearson correlation of action[t] with state[t + lag], over at most
+    CORRELATION_PAIRS frames t evenly spread (every r-th frame of a long episode: plenty for a
+    correlation). The window sums are totals less the few rows a lag leaves out, so each lag
+    costs one dot product over the sampled frames."""
 
     def __init__(self, action, centred_state):
-        self.a = action - action.mean(axis=0)  # centred once: the sums lose no precision
-        self.s = centred_state
-        self.totals = (
-            self.a.sum(axis=0),
-            _squares(self.a),
-            self.s.sum(axis=0),  # ~0, kept exact
-            _squares(self.s),
-        )
+        self.stride = stride = max(1, -(-len(action) // CORRELATION_PAIRS))
+        sampled = action[::stride]
+        self.a = sampled - sampled.mean(axis=0)  # centred once: the sums lose no precision
+        self.a_totals = self.a.sum(axis=0), _squares(self.a)
+        # state[lag::stride] is the (lag % stride)-th of these, from row lag // stride on
+        self.grids = [centred_state[offset::stride] for offset in range(stride)]
+        self.grid_totals = [(grid.sum(axis=0), _squares(grid)) for grid in self.grids]
 
     def median(self, lag: int) -> float:
-        a, s, totals = self.a, self.s, self.totals
-        m = len(a) - lag
-        sum_a, sum_a2 = totals[0] - a[m:].sum(axis=0), totals[1] - _squares(a[m:])
-        sum_s, sum_s2 = totals[2] - s[:lag].sum(axis=0), totals[3] - _squares(s[:lag])
-        cross = np.einsum("ij,ij->j", a[:m], s[lag:])
+        offset, skip = lag % self.stride, lag // self.stride
+        grid, (s_total, s2_total) = self.grids[offset], self.grid_totals[offset]
+        s = grid[skip:]
+        m = len(s)  # pairs (t, t + lag) for t = 0, r, 2r, ... while t + lag < n
+        a = self.a[:m]
+        sum_a = self.a_totals[0] - self.a[m:].sum(axis=0)
+        sum_a2 = self.a_totals[1] - _squares(self.a[m:])
+        sum_s, sum_s2 = s_total - grid[:skip].sum(axis=0), s2_total - _squares(grid[:skip])
+        cross = np.einsum("ij,ij->j", a, s)
         covariance = cross - sum_a * sum_s / m
         variance = (sum_a2 - sum_a * sum_a / m) * (sum_s2 - sum_s * sum_s / m)
         with np.errstate(invalid="ignore", divide="ignore"):
             correlation = np.where(variance > 0, covariance / np.sqrt(np.maximum(variance, 0)), 0.0)
         return float(np.median(correlation))
+
+
+def _row_max_abs(x: np.ndarray) -> np.ndarray:
+    """max_j |x[i, j]| per row, a column at a time (a reduce along short rows is slow)."""
+    out = np.abs(x[:, 0])
+    for column in range(1, x.shape[1]):
+        np.maximum(out, np.abs(x[:, column]), out=out)
+    return out
 
 
 def _squares(x: np.ndarray) -> np.ndarray:
