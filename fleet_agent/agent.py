@@ -31,7 +31,7 @@ from decimal import ROUND_DOWN, Decimal
 
 from fleet_agent.client import ApiClient, ApiError, TransientError
 from fleet_agent.config import AgentConfig, SiteConfig
-from fleet_agent.episodes import Episode, choose_defect, make_episode
+from fleet_agent.episodes import AGENT_DEFECTS, Episode, choose_defect, make_episode, resubmitted
 from fleet_agent.webhooks import WebhookReceiver
 
 log = logging.getLogger("fleet_agent")
@@ -116,6 +116,7 @@ class FleetAgent:
         self.site_configs: dict[str, SiteConfig] = {}  # id -> its configuration
         self.robots: list[dict] = []
         self._embodiments: dict[str, dict] = {}
+        self._last_clean: dict[str, Episode] = {}  # per job, for the near_duplicate defect
         self._order_fps: dict[str, int] = {}
         self._uploads: dict[str, _Upload] = {}  # episode id -> upload
         self._reported: dict[str, tuple[Decimal, float]] = {}  # job -> (hours, when)
@@ -414,16 +415,21 @@ class FleetAgent:
         if missing_seconds < seconds:  # the last one: just enough, a frame to spare
             needed = (math.ceil(missing_seconds * fps) + 1) / fps
             seconds = max(collection.min_episode_seconds, needed)
-        defect = choose_defect(self.rng, self.defect_rate)
-        embodiment = self._embodiment(job["embodiment"])
-        episode = make_episode(
-            action_dim=int(embodiment["action_dim"]),
-            fps=fps,
-            seconds=seconds,
-            seed=self.rng.getrandbits(32),
-            defect=defect,
-            state_limits=embodiment.get("state_limits") or None,
-        )
+        defect = choose_defect(self.rng, self.defect_rate, AGENT_DEFECTS)
+        embodiment, last = self._embodiment(job["embodiment"]), self._last_clean.get(job["id"])
+        if defect == "near_duplicate" and last is not None:
+            episode = resubmitted(last)  # the previous clean episode of this job, sent again
+        else:
+            defect = None if defect == "near_duplicate" else defect
+            episode = make_episode(
+                action_dim=int(embodiment["action_dim"]),
+                fps=fps,
+                seconds=seconds,
+                seed=self.rng.getrandbits(32),
+                defect=defect,
+                state_limits=embodiment.get("state_limits") or None,
+            )
+            self._last_clean[job["id"]] = episode if defect is None else last
         site_config = self.site_configs.get(job["site"])
         objects = list(site_config.objects) if site_config else []
         handled = self.rng.sample(objects, k=min(len(objects), self.rng.randint(1, 3)))

@@ -21,7 +21,9 @@ symmetric +-2.6 rad range (gripper 0..0.08 m) is used.
 (`vector_length`). Content defects (datasets/qa_content.py): a joint driven past its limit
 (`state_out_of_limits`; 1e6 rad without declared limits, then also a `state_jump`), a 50 rad
 teleport (`state_jump`), a robot that stops after 10 % of the episode (`idle_episode`), a
-sensor stuck at one value (`frozen_signal`) and random actions (`action_state_mismatch`).
+sensor stuck at one value (`frozen_signal`) and random actions (`action_state_mismatch`);
+`resubmitted` (the agent's `near_duplicate`) re-encodes an earlier episode: other bytes, the
+same trajectory (`near_duplicate`).
 Real fleets have their own recorders; this module is what the reference agent "collects".
 """
 
@@ -39,6 +41,8 @@ import pyarrow.parquet as pq
 FILE_DEFECTS = ("nan", "timestamp_gap", "vector_length")
 CONTENT_DEFECTS = ("out_of_limits", "state_jump", "idle", "frozen", "random_actions")
 DEFECTS = FILE_DEFECTS + CONTENT_DEFECTS
+# The agent's too: the previous clean episode sent again, re-encoded (`near_duplicate`).
+AGENT_DEFECTS = DEFECTS + ("near_duplicate",)
 JOINT_LIMIT_RAD = 2.6  # a conservative revolute range, inside e.g. the Franka's +-2.9 rad
 MAX_JOINT_SPEED = 1.5  # rad/s, well under typical arm limits
 GRIPPER_MAX_M = 0.08  # a parallel gripper's opening
@@ -208,8 +212,29 @@ def _vectors(matrix: np.ndarray, width: int) -> pa.FixedSizeListArray:
     return pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1)), width)
 
 
-def choose_defect(rng: random.Random, defect_rate: float) -> str | None:
+def choose_defect(rng: random.Random, defect_rate: float, kinds=DEFECTS) -> str | None:
     """A defect kind with probability defect_rate, else None."""
     if defect_rate > 0 and rng.random() < defect_rate:
-        return rng.choice(DEFECTS)
+        return rng.choice(kinds)
     return None
+
+
+def resubmitted(episode: Episode) -> Episode:
+    """The same demonstration sent again as another file: vectors re-encoded as float64."""
+    table = pq.read_table(io.BytesIO(episode.data))
+    width = episode.action_dim
+    columns = {name: table.column(name).combine_chunks() for name in table.column_names}
+    for name in ("observation.state", "action"):
+        values = columns[name].flatten().to_numpy(zero_copy_only=False).astype(np.float64)
+        columns[name] = pa.FixedSizeListArray.from_arrays(pa.array(values), width)
+    sink = io.BytesIO()
+    pq.write_table(pa.table(columns), sink)
+    data = sink.getvalue()
+    return Episode(
+        data=data,
+        sha256=hashlib.sha256(data).hexdigest(),
+        fps=episode.fps,
+        frames=episode.frames,
+        action_dim=width,
+        defect="near_duplicate",
+    )

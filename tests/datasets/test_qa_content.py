@@ -13,7 +13,7 @@ from datasets.models import Episode
 from datasets.qa_checks import EpisodeExpectation, Reason, check_episode_file
 from datasets.qa_content import ContentThresholds, check_content, fingerprints
 from datasets.services.qa import content_thresholds
-from fleet_agent.episodes import CONTENT_DEFECTS, make_episode
+from fleet_agent.episodes import CONTENT_DEFECTS, make_episode, resubmitted
 from orders.models import Embodiment
 from tests.datasets.helpers import Collection, upload_episode
 
@@ -176,6 +176,18 @@ def test_the_reference_agent_injects_each_content_defect(defect):
         clean_one = make_episode(action_dim=8, seconds=10, seed=seed, state_limits=limits)
         result = check_episode_file(io.BytesIO(clean_one.data), agent_expectation(clean_one))
         assert result.passed, result.failures
+
+
+@pytest.mark.django_db
+def test_the_agent_resubmits_a_clean_trajectory_as_another_file():
+    limits = Embodiment.objects.get(slug="franka-fr3").state_limits
+    original = make_episode(action_dim=8, seconds=10, seed=4, state_limits=limits)
+    again = resubmitted(original)
+    assert again.sha256 != original.sha256 and again.defect == "near_duplicate"
+    first = check_episode_file(io.BytesIO(original.data), agent_expectation(original))
+    second = check_episode_file(io.BytesIO(again.data), agent_expectation(again))
+    assert first.passed and second.passed  # a fine file: the duplicate is decided in the order
+    assert first.fingerprints == second.fingerprints
 
 
 def agent_expectation(episode) -> EpisodeExpectation:

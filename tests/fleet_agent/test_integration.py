@@ -25,6 +25,7 @@ QA_REASONS_OF_DEFECTS = {"non_finite", "timestamp_gap", "fps_mismatch", "vector_
     "idle_episode",
     "frozen_signal",
     "action_state_mismatch",
+    "near_duplicate",
 }
 
 
