@@ -42,7 +42,7 @@ FILE_DEFECTS = ("nan", "timestamp_gap", "vector_length")
 CONTENT_DEFECTS = ("out_of_limits", "state_jump", "idle", "frozen", "random_actions")
 DEFECTS = FILE_DEFECTS + CONTENT_DEFECTS
 # The agent's too: the previous clean episode sent again, re-encoded (`near_duplicate`).
-AGENT_DEFECTS = DEFECTS + ("near_duplicate",)
+AGENT_DEFECTS = (*DEFECTS, "near_duplicate")
 JOINT_LIMIT_RAD = 2.6  # a conservative revolute range, inside e.g. the Franka's +-2.9 rad
 MAX_JOINT_SPEED = 1.5  # rad/s, well under typical arm limits
 GRIPPER_MAX_M = 0.08  # a parallel gripper's opening
