@@ -198,7 +198,7 @@ class _Smoothed:
     (from one prefix sum): smooth.at(indices), indices 0..len(smooth) - 1."""
 
     def __init__(self, state: np.ndarray, window: int):
-        self.window = min(window, len(state))
+        self.window = max(1, min(window, len(state) // 2))  # a short episode: shorter window
         self.sums = np.empty((len(state) + 1, state.shape[1]))
         self.sums[0] = 0
         np.cumsum(state, axis=0, out=self.sums[1:])
@@ -225,8 +225,11 @@ def _measure_idle(smooth: _Smoothed, fps, thresholds, report) -> float:
     span = max(1, min(round(MOTION_SECONDS * fps), smooth.length - 1))
     stride = max(1, round(IDLE_STEP_SECONDS * fps))
     stop = max(1, smooth.length - span)
-    moved = smooth.between(slice(span, stop + span, stride), slice(0, stop, stride))
-    speed = _row_max_abs(moved) * fps / span
+    if smooth.length < 2:  # one frame: no motion to measure
+        speed = np.zeros(1)
+    else:
+        moved = smooth.between(slice(span, stop + span, stride), slice(0, stop, stride))
+        speed = _row_max_abs(moved) * fps / span
     idle = speed < thresholds.idle_speed
     fraction = float(idle.mean())
     head = (np.argmin(idle) if not idle.all() else idle.size) * stride / fps

@@ -353,3 +353,17 @@ def test_the_catalog_shows_each_embodiments_content_thresholds(client, settings)
     assert franka_entry["content_qa"]["state_limits"] == franka_entry["state_limits"]
     assert franka_entry["content_qa"]["max_speed"] == 4.5
     assert franka_entry["content_qa"]["max_idle_fraction"] == 0.5
+
+
+@pytest.mark.parametrize("frames", [1, 2, 3, 7, 31])
+@pytest.mark.parametrize("fps", [1, 10, 30, 1000])
+def test_any_shape_gives_a_finite_score_and_json_measurements(frames, fps):
+    import json
+
+    rng = np.random.default_rng(frames * fps)
+    for state in (rng.normal(size=(frames, 3)), np.ones((frames, 3))):
+        report = check_content(
+            state, rng.normal(size=(frames, 3)), fps=fps, thresholds=ContentThresholds()
+        )
+        assert 0 <= report.quality_score <= 1
+        json.dumps(report.measurements, allow_nan=False)
