@@ -136,6 +136,11 @@ class EpisodeVideoSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+# Content QA's verdict behind the reasons (datasets/qa_content.py): the score in [0, 1] and the
+# measurements it was computed from (idle fraction, jerk, action-state correlation, flags).
+CONTENT_QA_FIELDS = ("quality_score", "idle_fraction", "jerk", "qa_measurements")
+
+
 class EpisodeSerializer(serializers.ModelSerializer):
     job = serializers.UUIDField(source="job_id", read_only=True)
     site = serializers.UUIDField(source="site_id", read_only=True)
@@ -160,6 +165,7 @@ class EpisodeSerializer(serializers.ModelSerializer):
             "qa_failures",
             "frames",
             "duration_seconds",
+            *CONTENT_QA_FIELDS,
             "created_at",
             "uploaded_at",
             "decided_at",
@@ -363,6 +369,60 @@ class OrderCoverage(APIView):
         if order is None:
             raise NotFound("Order not found.")
         return Response(CoverageSerializer(selectors.order_coverage(order=order)).data)
+
+
+class CustomerEpisodeSerializer(serializers.ModelSerializer):
+    """An episode as the customer sees it: the operator by pseudonym only, no storage keys."""
+
+    site = serializers.UUIDField(source="site_id", read_only=True)
+    qa_failures = QAFailureSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Episode
+        fields = [
+            "id",
+            "site",
+            "operator",
+            "task_instruction",
+            "success",
+            "objects_handled",
+            "fps",
+            "status",
+            "qa_failures",
+            "frames",
+            "duration_seconds",
+            *CONTENT_QA_FIELDS,
+            "decided_at",
+        ]
+        read_only_fields = fields
+
+
+class OrderEpisodeList(generics.ListAPIView):
+    """GET /orders/<id>/episodes[?status=&reason=]: the order's checked episodes, newest first."""
+
+    permission_classes = [IsAuthenticated, IsCustomer]
+    throttle_classes = [CallerRateThrottle]
+    serializer_class = CustomerEpisodeSerializer
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # the schema generator
+            return Episode.objects.none()
+        order = (
+            order_list(organization=caller_for_request(self.request).organization)
+            .filter(pk=self.kwargs["pk"])
+            .first()
+        )
+        if order is None:
+            raise NotFound("Order not found.")
+        episodes = selectors.order_episodes_for_customer(
+            order=order, status=self.request.query_params.get("status", "")
+        )
+        reason = self.request.query_params.get("reason", "")
+        if reason:  # JSONB containment: the rejected ones with this QA reason
+            episodes = episodes.filter(
+                status=Episode.Status.REJECTED, qa_failures__contains=[{"code": reason}]
+            )
+        return episodes
 
 
 # --- Customers: deliveries -------------------------------------------------------------------

@@ -5,7 +5,7 @@ from decimal import Decimal
 
 from django.db import models
 
-from fleets.models import Fleet, Job, Robot, Site
+from fleets.models import Fleet, Job, Operator, Robot, Site
 from marketplace.audit import AppendOnlyModel, actor_label
 from orders.models import Order
 
@@ -24,6 +24,10 @@ class Episode(models.Model):
     site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="episodes")
     robot = models.ForeignKey(Robot, on_delete=models.PROTECT, related_name="episodes")
     operator = models.CharField(max_length=64)  # a pseudonym, never a person's name
+    # The fleet's registered operator of that pseudonym (None: the fleet registers none).
+    registered_operator = models.ForeignKey(
+        Operator, null=True, blank=True, on_delete=models.PROTECT, related_name="episodes"
+    )
     task_instruction = models.CharField(max_length=500)
     success = models.BooleanField()
     objects_handled = models.JSONField(default=list, blank=True)
@@ -53,6 +57,14 @@ class Episode(models.Model):
     declared_frames = models.PositiveIntegerField(null=True, blank=True)
     frames = models.PositiveIntegerField(null=True, blank=True)
     duration_seconds = models.DecimalField(max_digits=12, decimal_places=3, null=True, blank=True)
+    # Content QA (datasets/qa_content.py): the score in [0, 1], what it was computed from, and
+    # the trajectory's two fingerprints (near-duplicates: an indexed equality lookup).
+    quality_score = models.FloatField(null=True, blank=True)
+    idle_fraction = models.FloatField(null=True, blank=True)
+    jerk = models.FloatField(null=True, blank=True)  # RMS, state units / s^3
+    qa_measurements = models.JSONField(default=dict, blank=True)
+    content_fingerprint = models.CharField(max_length=32, blank=True)
+    content_fingerprint_alt = models.CharField(max_length=32, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     uploaded_at = models.DateTimeField(null=True, blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)
@@ -79,6 +91,16 @@ class Episode(models.Model):
         indexes = [
             models.Index(fields=["order", "status"]),
             models.Index(fields=["job", "status"]),
+            models.Index(
+                fields=["content_fingerprint"],
+                condition=models.Q(status="accepted"),
+                name="episode_fingerprint_accepted",
+            ),
+            models.Index(
+                fields=["content_fingerprint_alt"],
+                condition=models.Q(status="accepted"),
+                name="episode_fingerprint_alt_acc",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datasets import storage
+from datasets.qa_content import ContentReason, ContentThresholds, check_content
 
 STATE, ACTION, TIMESTAMP, FRAME_INDEX = "observation.state", "action", "timestamp", "frame_index"
 QA_COLUMNS = (STATE, ACTION, TIMESTAMP, FRAME_INDEX)
@@ -74,6 +75,13 @@ class Reason:
     VIDEO_LENGTHS_DIFFER = "video_lengths_differ"
     VIDEO_BLACK = "video_black"
     VIDEO_FROZEN = "video_frozen"
+    # Content (datasets/qa_content.py): the file is well formed, the demonstration is not.
+    STATE_OUT_OF_LIMITS = ContentReason.STATE_OUT_OF_LIMITS
+    STATE_JUMP = ContentReason.STATE_JUMP
+    IDLE_EPISODE = ContentReason.IDLE_EPISODE
+    FROZEN_SIGNAL = ContentReason.FROZEN_SIGNAL
+    ACTION_STATE_MISMATCH = ContentReason.ACTION_STATE_MISMATCH
+    NEAR_DUPLICATE = ContentReason.NEAR_DUPLICATE
     # Countable: the file is fine, but it cannot count (datasets/services/qa.py).
     DUPLICATE = "duplicate"
     SURPLUS = "surplus"
@@ -114,6 +122,8 @@ class EpisodeExpectation:
     def vector_dims(self) -> dict[str, int]:
         return {STATE: self.action_dim, ACTION: self.action_dim, **dict(self.vectors)}
 
+    content: ContentThresholds | None = None  # None: format checks only
+
     @property
     def max_frames(self) -> int:
         return math.floor(self.fps * self.max_duration_seconds) + 1
@@ -136,6 +146,10 @@ class QAResult:
     bytes_read: int = 0  # parquet bytes fetched by range (footer + checked columns)
     checksum_bytes_read: int = 0  # bytes streamed to verify the checksum, if the store has none
     videos: dict = field(default_factory=dict)  # camera_key -> what video QA measured
+    # Content QA (when the expectation asks for it and the format checks passed).
+    measurements: dict = field(default_factory=dict)
+    quality_score: float | None = None
+    fingerprints: tuple = ("", "")
 
     @property
     def passed(self) -> bool:
@@ -219,11 +233,25 @@ def check_episode_file(
         result.fail(Reason.NOT_PARQUET, f"The file is corrupt ({exc.__class__.__name__}).")
         return result
     scan.finish()
+    if result.passed and expected.content is not None:
+        _check_content(scan, expected, result)
     if result.passed:
         result.duration_seconds = (Decimal(frames) / Decimal(expected.fps)).quantize(
             Decimal("0.001")
         )
     return result
+
+
+def _check_content(scan: "_Scan", expected: EpisodeExpectation, result: QAResult) -> None:
+    dim = expected.action_dim
+    state = np.concatenate(scan.states).reshape(-1, dim)
+    action = np.concatenate(scan.actions).reshape(-1, dim)
+    report = check_content(state, action, fps=expected.fps, thresholds=expected.content)
+    for code, message in report.failures:
+        result.fail(code, message)
+    result.measurements = report.measurements
+    result.quality_score = report.quality_score
+    result.fingerprints = report.fingerprints
 
 
 PARQUET_MAGIC = b"PAR1"
@@ -375,6 +403,8 @@ class _Scan:
     first_timestamp: float | None = None
     last_timestamp: float | None = None
     reported: set = field(default_factory=set)
+    states: list = field(default_factory=list)  # decoded values, kept for content QA
+    actions: list = field(default_factory=list)
 
     def fail_once(self, code: str, message: str) -> None:
         if code not in self.reported:
@@ -382,16 +412,20 @@ class _Scan:
             self.result.fail(code, message)
 
     def feed(self, table: pa.Table) -> None:
+        keep = self.expected.content is not None
+        kept = {STATE: self.states, ACTION: self.actions}
         for name, dim in self.expected.vector_dims.items():
-            self._check_vectors(name, table.column(name).combine_chunks(), dim)
+            values = self._check_vectors(name, table.column(name).combine_chunks(), dim)
+            if keep and values is not None and name in kept:
+                kept[name].append(values)
         self._check_frame_index(table.column(FRAME_INDEX).to_numpy())
         self._check_timestamps(table.column(TIMESTAMP).to_numpy(zero_copy_only=False))
         self.rows_seen += table.num_rows
 
-    def _check_vectors(self, name: str, column, dim: int) -> None:
+    def _check_vectors(self, name: str, column, dim: int):
         if column.null_count:
             self.fail_once(Reason.VECTOR_LENGTH, f"{name} has empty (null) rows.")
-            return
+            return None
         lengths = np.asarray(pc.list_value_length(column).to_numpy(zero_copy_only=False))
         if lengths.size and (lengths != dim).any():
             bad = int(lengths[lengths != dim][0])
@@ -400,10 +434,11 @@ class _Scan:
                 Reason.VECTOR_LENGTH,
                 f"{name} vectors must have {dim} values ({whose}); found {bad}.",
             )
-            return
+            return None
         values = column.flatten().to_numpy(zero_copy_only=False)
         if values.size and not np.isfinite(values).all():
             self.fail_once(Reason.NON_FINITE, f"{name} contains NaN or infinity.")
+        return values
 
     def _check_frame_index(self, frame_index) -> None:
         expected = np.arange(self.rows_seen, self.rows_seen + len(frame_index))

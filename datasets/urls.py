@@ -1,6 +1,6 @@
 from django.urls import path
 
-from datasets import api
+from datasets import api, api_operators
 
 # Mounted under /api/v1/fleet/ (fleet-operator keys).
 fleet_urlpatterns = [
@@ -14,11 +14,22 @@ fleet_urlpatterns = [
     path(
         "episodes/<uuid:pk>/complete", api.EpisodeComplete.as_view(), name="fleet-episode-complete"
     ),
+    path(
+        "operator-figures",
+        api_operators.FleetOperatorFigures.as_view(),
+        name="fleet-operator-figures",
+    ),
 ]
 
 # Mounted under /api/v1/ (customer keys).
 urlpatterns = [
     path("orders/<uuid:pk>/coverage", api.OrderCoverage.as_view(), name="order-coverage"),
+    path("orders/<uuid:pk>/episodes", api.OrderEpisodeList.as_view(), name="order-episodes"),
+    path(
+        "orders/<uuid:pk>/operators",
+        api_operators.OrderOperatorFigures.as_view(),
+        name="order-operator-figures",
+    ),
     path(
         "orders/<uuid:pk>/deliveries", api.OrderDeliveryList.as_view(), name="order-delivery-list"
     ),

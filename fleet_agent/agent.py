@@ -33,7 +33,7 @@ from fleet_agent import uploads
 from fleet_agent.cameras import VIDEO_DEFECTS
 from fleet_agent.client import ApiClient, ApiError, TransientError
 from fleet_agent.config import AgentConfig, SiteConfig
-from fleet_agent.episodes import Episode, choose_defect, make_episode
+from fleet_agent.episodes import AGENT_DEFECTS, Episode, choose_defect, make_episode, resubmitted
 from fleet_agent.webhooks import WebhookReceiver
 
 log = logging.getLogger("fleet_agent")
@@ -118,7 +118,8 @@ class FleetAgent:
         self.sites: dict[str, dict] = {}  # id -> site
         self.site_configs: dict[str, SiteConfig] = {}  # id -> its configuration
         self.robots: list[dict] = []
-        self._action_dims: dict[str, int] = {}
+        self._embodiments: dict[str, dict] = {}
+        self._last_clean: dict[str, Episode] = {}  # per job, for the near_duplicate defect
         self._order_fps: dict[str, int] = {}
         self._uploads: dict[str, _Upload] = {}  # episode id -> upload
         self._reported: dict[str, tuple[Decimal, float]] = {}  # job -> (hours, when)
@@ -418,16 +419,24 @@ class FleetAgent:
             needed = (math.ceil(missing_seconds * fps) + 1) / fps
             seconds = max(collection.min_episode_seconds, needed)
         cameras = uploads.cameras_of(job)
-        defect = choose_defect(self.rng, self.defect_rate, VIDEO_DEFECTS if cameras else ())
+        kinds = AGENT_DEFECTS + (VIDEO_DEFECTS if cameras else ())
+        defect = choose_defect(self.rng, self.defect_rate, kinds)
         video_defect = defect if defect in VIDEO_DEFECTS else None
-        episode = make_episode(
-            action_dim=self._action_dim(job["embodiment"]),
-            fps=fps,
-            seconds=seconds,
-            seed=self.rng.getrandbits(32),
-            defect=None if video_defect else defect,
-            vectors=uploads.vectors_of(job),
-        )
+        embodiment, last = self._embodiment(job["embodiment"]), self._last_clean.get(job["id"])
+        if defect == "near_duplicate" and last is not None:
+            episode = resubmitted(last)  # the previous clean episode of this job, sent again
+        else:
+            defect = None if defect == "near_duplicate" else defect
+            episode = make_episode(
+                action_dim=int(embodiment["action_dim"]),
+                fps=fps,
+                seconds=seconds,
+                seed=self.rng.getrandbits(32),
+                defect=None if video_defect else defect,
+                state_limits=embodiment.get("state_limits") or None,
+                vectors=uploads.vectors_of(job),
+            )
+            self._last_clean[job["id"]] = episode if defect is None else last
         site_config = self.site_configs.get(job["site"])
         objects = list(site_config.objects) if site_config else []
         videos = uploads.videos_for(
@@ -557,14 +566,13 @@ class FleetAgent:
                 return robot
         return None
 
-    def _action_dim(self, embodiment: str) -> int:
-        if embodiment not in self._action_dims:
-            self._action_dims = {
-                slug: int(e["action_dim"]) for slug, e in self.client.embodiments().items()
-            }
-        if embodiment not in self._action_dims:
+    def _embodiment(self, embodiment: str) -> dict:
+        """The catalog's entry: action_dim and the state_limits content QA checks."""
+        if embodiment not in self._embodiments:
+            self._embodiments = self.client.embodiments()
+        if embodiment not in self._embodiments:
             raise ApiError(0, "unknown_embodiment", f"{embodiment!r} is not in the catalog.")
-        return self._action_dims[embodiment]
+        return self._embodiments[embodiment]
 
     def _error(self, message: str) -> None:
         log.error("%s", message)

@@ -103,6 +103,31 @@ class Site(models.Model):
         return f"{self.name} ({self.kind})"
 
 
+class Operator(models.Model):
+    """A person who teleoperates a fleet's robots, known by a pseudonym unique in the fleet
+    (never a person's name: letters, digits, `.`, `_`, `-`, no spaces), optionally at a home
+    site, with the fleet's own notes on their skills. Episodes name one (issue 16)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="operators")
+    pseudonym = models.CharField(max_length=64)
+    site = models.ForeignKey(
+        Site, null=True, blank=True, on_delete=models.SET_NULL, related_name="operators"
+    )
+    skill_notes = models.TextField(blank=True)
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["pseudonym"]
+        constraints = [
+            models.UniqueConstraint(fields=["fleet", "pseudonym"], name="operator_unique_in_fleet")
+        ]
+
+    def __str__(self) -> str:
+        return self.pseudonym
+
+
 class Robot(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="robots")

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from fleets import api
+from fleets import api, api_operators
 
 urlpatterns = [
     path("fleets", api.FleetListCreate.as_view(), name="fleet-list"),
@@ -17,6 +17,10 @@ urlpatterns = [
     path("sites/<uuid:pk>", api.SiteDetail.as_view(), name="fleet-site-detail"),
     path("robots", api.RobotListCreate.as_view(), name="fleet-robot-list"),
     path("robots/<uuid:pk>", api.RobotDetail.as_view(), name="fleet-robot-detail"),
+    path("operators", api_operators.OperatorListCreate.as_view(), name="fleet-operator-list"),
+    path(
+        "operators/<uuid:pk>", api_operators.OperatorDetail.as_view(), name="fleet-operator-detail"
+    ),
     path("offers", api.OfferList.as_view(), name="fleet-offer-list"),
     path("offers/<uuid:pk>/accept", api.OfferAccept.as_view(), name="fleet-offer-accept"),
     path("offers/<uuid:pk>/decline", api.OfferDecline.as_view(), name="fleet-offer-decline"),

@@ -378,6 +378,32 @@ EPISODE_QA_VIDEO_FROZEN_DIFFERENCE = float(
 )
 # QA runs of one episode that may die unfinished (worker killed) before it is rejected.
 EPISODE_QA_MAX_ATTEMPTS = int(os.environ.get("EPISODE_QA_MAX_ATTEMPTS", "3"))
+# Content QA (datasets/qa_content.py; the limits per state element are the embodiment's, the
+# rest apply to every embodiment; rules in datasets/README.md). Units: the state's (rad, m).
+EPISODE_QA_CONTENT = env_bool("EPISODE_QA_CONTENT", True)
+EPISODE_QA_LIMIT_TOLERANCE = float(os.environ.get("EPISODE_QA_LIMIT_TOLERANCE", "0.02"))
+EPISODE_QA_MAX_SPEED = float(os.environ.get("EPISODE_QA_MAX_SPEED", "6.0"))  # per second
+EPISODE_QA_JUMP_TOLERANCE = float(os.environ.get("EPISODE_QA_JUMP_TOLERANCE", "0.05"))
+EPISODE_QA_IDLE_SPEED = float(os.environ.get("EPISODE_QA_IDLE_SPEED", "0.02"))  # per second
+EPISODE_QA_MAX_IDLE_FRACTION = float(os.environ.get("EPISODE_QA_MAX_IDLE_FRACTION", "0.5"))
+EPISODE_QA_IDLE_EDGE_FLAG_SECONDS = float(os.environ.get("EPISODE_QA_IDLE_EDGE_FLAG_SECONDS", "2"))
+EPISODE_QA_FROZEN_EPSILON = float(os.environ.get("EPISODE_QA_FROZEN_EPSILON", "1e-6"))
+EPISODE_QA_MIN_ACTION_CORRELATION = float(
+    os.environ.get("EPISODE_QA_MIN_ACTION_CORRELATION", "0.5")
+)
+EPISODE_QA_MAX_ACTION_LAG_SECONDS = float(
+    os.environ.get("EPISODE_QA_MAX_ACTION_LAG_SECONDS", "0.5")
+)
+EPISODE_QA_JERK_REFERENCE = float(os.environ.get("EPISODE_QA_JERK_REFERENCE", "10"))
+# Near-duplicates of an accepted episode in another order are refused too (within the order
+# always).
+EPISODE_QA_PLATFORM_DUPLICATES = env_bool("EPISODE_QA_PLATFORM_DUPLICATES", True)
+# Operator outliers within an order (datasets/operator_figures.py): among operators with at
+# least MIN_EPISODES checked episodes, flagged when the mean quality score is below RATIO x
+# the order's median, or the acceptance rate more than GAP below the order's median.
+OPERATOR_OUTLIER_MIN_EPISODES = int(os.environ.get("OPERATOR_OUTLIER_MIN_EPISODES", "3"))
+OPERATOR_OUTLIER_QUALITY_RATIO = float(os.environ.get("OPERATOR_OUTLIER_QUALITY_RATIO", "0.8"))
+OPERATOR_OUTLIER_ACCEPTANCE_GAP = float(os.environ.get("OPERATOR_OUTLIER_ACCEPTANCE_GAP", "0.2"))
 # Registered episodes whose upload never completed are rejected (and a multipart upload
 # aborted) this long after their last upload URL expired.
 EPISODE_UPLOAD_ABANDONED_SECONDS = int(os.environ.get("EPISODE_UPLOAD_ABANDONED_SECONDS", "3600"))

@@ -17,6 +17,7 @@ from marketplace.permissions import CanOrder, IsCustomer
 from marketplace.tenancy import caller_for_request
 from marketplace.throttling import AnonRateThrottle, CallerRateThrottle
 from orders import services
+from orders.content_qa import content_qa_thresholds
 from orders.error_codes import ErrorCode
 from orders.models import (
     ComplexityLevel,
@@ -50,6 +51,10 @@ class TaskTypeSerializer(serializers.ModelSerializer):
 
 
 class EmbodimentSerializer(serializers.ModelSerializer):
+    content_qa = serializers.SerializerMethodField(
+        help_text="The content QA thresholds applied to this robot's episodes (datasets/README)."
+    )
+
     class Meta:
         model = Embodiment
         fields = [
@@ -61,7 +66,12 @@ class EmbodimentSerializer(serializers.ModelSerializer):
             "state_names",
             "action_names",
             "cameras",
+            "state_limits",
+            "content_qa",
         ]
+
+    def get_content_qa(self, embodiment) -> dict:
+        return content_qa_thresholds(embodiment)
 
 
 class SensorAddonSerializer(serializers.ModelSerializer):

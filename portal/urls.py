@@ -4,7 +4,7 @@ marketplace/urls.py. The API, the admin, probes and the Stripe webhook are wired
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal.views import accounts, billing, deliveries, fleet, media, orders, staff
+from portal.views import accounts, billing, deliveries, fleet, media, operators, orders, staff
 
 urlpatterns = [
     # Accounts: home, sign up, log in and out, API keys (owners)
@@ -112,6 +112,7 @@ urlpatterns = [
     path("fleet/offers/<uuid:pk>/accept/", fleet.offer_accept, name="offer-accept-page"),
     path("fleet/offers/<uuid:pk>/decline/", fleet.offer_decline, name="offer-decline-page"),
     path("fleet/jobs/", fleet.job_list, name="job-list-page"),
+    path("fleet/operators/", operators.fleet_operators, name="fleet-operators-page"),
     path("fleet/jobs/<uuid:pk>/", fleet.job_detail, name="job-detail-page"),
     path("fleet/jobs/<uuid:pk>/collect/", fleet.job_collect, name="job-collect-page"),
     path("fleet/earnings/", billing.fleet_earnings_page, name="fleet-earnings-page"),

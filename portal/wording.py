@@ -40,7 +40,27 @@ QA_REASONS = {
     "video_black": "A camera shows black frames for too long.",
     "video_frozen": "A camera's picture is frozen for too long.",
     "sensor_missing": "A sensor stream the order includes (force/torque, tactile) is missing.",
+    # Content QA (datasets/qa_content.py): the file is fine, the demonstration is not.
+    "state_out_of_limits": "A joint or gripper reading lies outside the robot's physical limits.",
+    "state_jump": "A joint jumps between two frames faster than the robot can move (a teleport).",
+    "idle_episode": "The robot stands still for too much of the episode.",
+    "frozen_signal": "A joint or gripper reading never changes during the episode (a frozen or "
+    "disconnected sensor).",
+    "action_state_mismatch": "The recorded actions do not match how the robot moved (actions "
+    "must predict the next states).",
+    "near_duplicate": "The same trajectory was already accepted: a re-submitted demonstration "
+    "does not count again.",
 }
+
+# Content QA flags: measured and shown, never a rejection.
+QA_FLAGS = {
+    "idle_head": "The robot is idle for a while at the start.",
+    "idle_tail": "The robot is idle for a while at the end.",
+}
+
+
+def qa_flag_text(code: str) -> str:
+    return QA_FLAGS.get(code, code)
 
 
 def qa_reason_text(code: str) -> str:

@@ -57,6 +57,9 @@ def _seeded_catalog(request):
         if not RateCard.objects.exists():
             importlib.import_module("orders.migrations.0002_seed_catalog").seed(django_apps, None)
             importlib.import_module("orders.migrations.0005_stream_catalog").fill(django_apps, None)
+            importlib.import_module("orders.migrations.0006_seed_state_limits").seed(
+                django_apps, None
+            )
 
 
 @pytest.fixture(autouse=True)

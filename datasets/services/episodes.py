@@ -18,6 +18,7 @@ from datasets.services import episode_files
 from datasets.services.episode_files import SHA256_HEX, UploadInstructions, VideoDeclaration
 from fleets.models import Job, Robot
 from fleets.services.jobs import job_report_progress
+from fleets.services.operators import operator_for_episode
 from marketplace.errors import Conflict, NotFound, ServiceUnavailable, invalid
 from marketplace.models import Organization
 from marketplace.queueing import enqueue_on_commit
@@ -118,6 +119,7 @@ def episode_register(
         raise invalid("robot", "Not a robot of the job's site.")
     if robot.embodiment_id != job.embodiment_id:
         raise invalid("robot", "This robot's embodiment is not the one the order asks for.")
+    registered = operator_for_episode(fleet_id=job.fleet_id, pseudonym=registration.operator)
     with transaction.atomic():
         # Registering is also a heartbeat: the job is being worked on. It locks the job, so
         # two registrations at once count each other's time.
@@ -130,6 +132,7 @@ def episode_register(
             site_id=job.site_id,
             robot=robot,
             operator=registration.operator,
+            registered_operator=registered,
             task_instruction=registration.task_instruction.strip(),
             success=registration.success,
             objects_handled=sorted(set(registration.objects_handled)),

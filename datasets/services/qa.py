@@ -14,11 +14,13 @@ from django.db import (
     connection,
     transaction,
 )
+from django.db.models import Q
 from django.utils import timezone
 
 from datasets import storage
 from datasets.models import Delivery, Episode, EpisodeVideo
 from datasets.qa_checks import EpisodeExpectation, QAResult, Reason
+from datasets.qa_content import ContentThresholds
 from datasets.qa_sandbox import StoredVideo, check_stored_episode_bounded
 from datasets.services.deliveries import delivery_start
 from datasets.services.episode_files import video_stored_key
@@ -26,6 +28,7 @@ from datasets.services.episodes import WORKING_JOB_STATES, stored_key_for
 from fleets.models import Job
 from fleets.services.jobs import job_transition
 from marketplace.audit import system_label
+from orders.content_qa import content_qa_thresholds
 from orders.models import Order
 from orders.services import order_send_to_review
 from orders.streams import cameras_of, vectors_of
@@ -33,12 +36,21 @@ from orders.streams import cameras_of, vectors_of
 SYSTEM = system_label("qa")
 
 
+def content_thresholds(embodiment) -> ContentThresholds:
+    values = content_qa_thresholds(embodiment)
+    limits = tuple(tuple(float(bound) for bound in pair) for pair in values.pop("state_limits"))
+    return ContentThresholds(
+        state_limits=limits, state_names=tuple(embodiment.state_names or ()), **values
+    )
+
+
 def episode_expectation(episode: Episode) -> EpisodeExpectation:
+    embodiment = episode.job.embodiment
     return EpisodeExpectation(
         size=episode.size_bytes,
         sha256_hex=episode.sha256,
         fps=episode.fps,
-        action_dim=episode.job.embodiment.action_dim,
+        action_dim=embodiment.action_dim,
         min_duration_seconds=settings.EPISODE_MIN_SECONDS,
         max_duration_seconds=settings.EPISODE_MAX_SECONDS,
         declared_frames=episode.declared_frames,
@@ -46,6 +58,7 @@ def episode_expectation(episode: Episode) -> EpisodeExpectation:
             (vector["key"], len(vector["names"]))
             for vector in vectors_of(episode.order.stream_spec)
         ),
+        content=content_thresholds(embodiment) if settings.EPISODE_QA_CONTENT else None,
     )
 
 
@@ -170,6 +183,7 @@ def episode_record_qa(
         # registration holding the job, was a deadlock.
         order = Order.objects.select_for_update(no_key=True).get(pk=episode.order_id)
         job = Job.objects.select_for_update(no_key=True).get(pk=episode.job_id)
+        _record_content(episode, result)
         if result.passed:
             _refuse_if_not_countable(episode=episode, job=job, result=result)
         episode.qa_runs += 1
@@ -201,6 +215,30 @@ def _record_videos(episode: Episode, result: QAResult, video_keys: dict[str, str
         video.save()
 
 
+def _record_content(episode: Episode, result: QAResult) -> None:
+    measurements = result.measurements or {}
+    episode.qa_measurements = measurements
+    episode.quality_score = result.quality_score
+    episode.idle_fraction = measurements.get("idle_fraction")
+    episode.jerk = measurements.get("jerk")
+    episode.content_fingerprint, episode.content_fingerprint_alt = result.fingerprints
+
+
+def near_duplicate_of(episode: Episode) -> Episode | None:
+    """An accepted episode with the same trajectory fingerprint (either grid): in the order
+    first, then (EPISODE_QA_PLATFORM_DUPLICATES) anywhere; two indexed equality lookups."""
+    if not episode.content_fingerprint:
+        return None
+    same = Q(content_fingerprint=episode.content_fingerprint) | Q(
+        content_fingerprint_alt=episode.content_fingerprint_alt
+    )
+    accepted = Episode.objects.filter(same, status=Episode.Status.ACCEPTED).exclude(pk=episode.pk)
+    found = accepted.filter(order_id=episode.order_id).only("id", "order_id").first()
+    if found is None and settings.EPISODE_QA_PLATFORM_DUPLICATES:
+        found = accepted.only("id", "order_id").first()
+    return found
+
+
 def _refuse_if_not_countable(*, episode: Episode, job: Job, result: QAResult) -> None:
     if job.status == Job.Status.CANCELLED:
         result.fail(
@@ -214,6 +252,18 @@ def _refuse_if_not_countable(*, episode: Episode, job: Job, result: QAResult) ->
         .exists()
     ):
         result.fail(Reason.DUPLICATE, "The same file was already accepted in this order.")
+    elif (twin := near_duplicate_of(episode)) is not None:
+        # Another order's episode is not named: it may be another fleet's or customer's.
+        where = (
+            f"in this order (episode {twin.id})"
+            if twin.order_id == episode.order_id
+            else "in another order on the platform"
+        )
+        result.fail(
+            Reason.NEAR_DUPLICATE,
+            f"The same trajectory was already accepted {where}: a re-submitted demonstration"
+            " does not count again.",
+        )
     elif job.accepted_seconds >= job.target_hours * 3600:
         result.fail(
             Reason.SURPLUS,

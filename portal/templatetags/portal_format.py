@@ -9,7 +9,13 @@ from decimal import Decimal
 from django import template
 
 from orders.money import format_money, format_rate
-from portal.wording import duration_text, humanize_seconds, qa_reason_text, readable_line
+from portal.wording import (
+    duration_text,
+    humanize_seconds,
+    qa_flag_text,
+    qa_reason_text,
+    readable_line,
+)
 
 register = template.Library()
 
@@ -43,6 +49,19 @@ def hours_duration(hours):
 @register.filter
 def qa_reason(code):
     return qa_reason_text(code)
+
+
+@register.filter
+def qa_flag(code):
+    return qa_flag_text(code)
+
+
+@register.filter
+def percent(fraction):
+    """0.0421 -> '4 %'; None -> an en dash (as the tables show a missing value)."""
+    if fraction in (None, ""):
+        return "\u2013"
+    return f"{round(float(fraction) * 100)} %"
 
 
 @register.filter

@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from datasets import selectors as dataset_selectors
+from datasets.operator_figures import order_operator_figures
 from marketplace.errors import ServiceError
 from marketplace.models import Organization
 from orders import services
@@ -309,7 +310,13 @@ def order_episodes(request, pk):
     return render_page(
         request,
         "portal/orders/order_episodes.html",
-        {"order": order, "page": page, "reason": reason, "status": status},
+        {
+            "order": order,
+            "page": page,
+            "reason": reason,
+            "status": status,
+            "operators": order_operator_figures(order=order),
+        },
     )
 
 

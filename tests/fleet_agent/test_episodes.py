@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from datasets.qa_checks import EpisodeExpectation, check_episode_file
+from datasets.qa_content import ContentThresholds
 from fleet_agent.episodes import (
     DEFECTS,
     GRIPPER_MAX_M,
@@ -22,6 +23,12 @@ EXPECTED_REASON = {
     "nan": "non_finite",
     "timestamp_gap": "timestamp_gap",
     "vector_length": "vector_length",
+    # content defects (issue 16); without declared limits a 1e6 rad reading is a jump
+    "out_of_limits": "state_jump",
+    "state_jump": "state_jump",
+    "idle": "idle_episode",
+    "frozen": "frozen_signal",
+    "random_actions": "action_state_mismatch",
 }
 
 
@@ -31,6 +38,7 @@ def qa(episode, action_dim=None):
         sha256_hex=episode.sha256,
         fps=episode.fps,
         action_dim=action_dim or episode.action_dim,
+        content=ContentThresholds(),
     )
     return check_episode_file(io.BytesIO(episode.data), expected)
 

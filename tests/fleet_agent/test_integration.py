@@ -18,7 +18,15 @@ from tests.factories import OrderFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-QA_REASONS_OF_DEFECTS = {"non_finite", "timestamp_gap", "fps_mismatch", "vector_length"}
+QA_REASONS_OF_DEFECTS = {"non_finite", "timestamp_gap", "fps_mismatch", "vector_length"} | {
+    # the agent's content defects (issue 16)
+    "state_out_of_limits",
+    "state_jump",
+    "idle_episode",
+    "frozen_signal",
+    "action_state_mismatch",
+    "near_duplicate",
+}
 
 
 @pytest.fixture

@@ -159,6 +159,8 @@ API = {
     (f"{V1}/orders/{{id}}/cancel", "post"): Rule(CUSTOMER, "order", CAN_WORK, {"reason": "x"}),
     (f"{V1}/orders/{{id}}/coverage", "get"): Rule(CUSTOMER, "reviewed_order"),
     (f"{V1}/orders/{{id}}/deliveries", "get"): Rule(CUSTOMER, "reviewed_order"),
+    (f"{V1}/orders/{{id}}/episodes", "get"): Rule(CUSTOMER, "reviewed_order"),
+    (f"{V1}/orders/{{id}}/operators", "get"): Rule(CUSTOMER, "reviewed_order"),
     (f"{V1}/orders/{{id}}/payments", "get"): Rule(CUSTOMER, "order"),
     (f"{V1}/orders/{{id}}/payments", "post"): Rule(
         CUSTOMER, "order", ROLES, {"method": "payment_intent"}
@@ -206,6 +208,20 @@ API = {
     (f"{V1}/fleet/robots/{{id}}", "put"): Rule(FLEET, "robot", CAN_WORK, RENAME),
     (f"{V1}/fleet/robots/{{id}}", "patch"): Rule(FLEET, "robot", CAN_WORK, RENAME),
     (f"{V1}/fleet/robots/{{id}}", "delete"): Rule(FLEET, "robot", CAN_WORK),
+    (f"{V1}/fleet/operators", "get"): Rule(FLEET),
+    (f"{V1}/fleet/operators", "post"): Rule(
+        FLEET,
+        roles=CAN_WORK,
+        body=lambda w, t: {"fleet": str(t.objects["fleet"]), "pseudonym": "op-new"},
+    ),
+    (f"{V1}/fleet/operators/{{id}}", "get"): Rule(FLEET, "operator"),
+    (f"{V1}/fleet/operators/{{id}}", "put"): Rule(
+        FLEET, "operator", CAN_WORK, {"skill_notes": "x"}
+    ),
+    (f"{V1}/fleet/operators/{{id}}", "patch"): Rule(
+        FLEET, "operator", CAN_WORK, {"skill_notes": "x"}
+    ),
+    (f"{V1}/fleet/operator-figures", "get"): Rule(FLEET),
     (f"{V1}/fleet/offers", "get"): Rule(FLEET),
     (f"{V1}/fleet/offers/{{id}}/accept", "post"): Rule(FLEET, "offer", CAN_WORK),
     (f"{V1}/fleet/offers/{{id}}/decline", "post"): Rule(FLEET, "offer", CAN_WORK, {"reason": "x"}),

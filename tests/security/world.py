@@ -17,7 +17,7 @@ from rest_framework.test import APIClient
 
 from billing.models import Payment
 from datasets.models import Delivery, DeliveryFile, Episode
-from fleets.models import Job, JobEvent, WebhookDelivery
+from fleets.models import Job, JobEvent, Operator, WebhookDelivery
 from marketplace import services as account_services
 from marketplace.models import Membership, Organization
 from orders import services as order_services
@@ -160,6 +160,8 @@ def _fleet_objects(tenant: Tenant, customer: Tenant) -> None:
         sha256="b" * 64,
         upload_key=f"orders/{order.id}/jobs/{held.id}/episodes/e-{tenant.label}/1.parquet",
     )
+    # a registered operator (issue 16), the one the matrix's episode registrations name
+    operator = Operator.objects.create(fleet=fleet, pseudonym="op-matrix", site=site)
     offered, offer = offered_job(site, customer_org=customer.organization, sequence=1)
     webhook = WebhookDelivery.objects.create(
         fleet=fleet,
@@ -176,10 +178,12 @@ def _fleet_objects(tenant: Tenant, customer: Tenant) -> None:
         offered_job=offered.id,
         offer=offer.id,
         webhook_delivery=webhook.id,
+        operator=operator.id,
     )
     # The fleet sees the customer order id on the jobs it holds or is offered.
     tenant.may_see |= {str(order.id), str(offered.order_id)}
     customer.may_see |= {str(site.id)}  # coverage names the environment (site)
+    customer.may_see |= {str(episode.id)}  # the order's episodes list (issue 16)
 
 
 def _open_job(customer: Tenant) -> Job:

@@ -59,6 +59,7 @@ FLEET_PAGES = {
     "robot-edit-page": "robot",
     "offer-list-page": None,
     "job-list-page": None,
+    "fleet-operators-page": None,  # the fleet's operators and their figures (issue 16)
     "job-detail-page": "job",
     "job-collect-page": "job",
     "fleet-earnings-page": None,  # billing: earnings and payouts

@@ -1,0 +1,148 @@
+"""What content QA adds to QA time per episode: format-only QA against format + content QA,
+side by side in one run (issue 16's goal: at most 1.3x).
+
+    python bench/qa_content_bench.py [--frames 3000 18000 54000] [--rounds 5]
+
+Starts the local S3 server on loopback and uploads one episode per length through a
+presigned PUT (30 fps, 8 elements: the Franka's, a raw camera column of 512 bytes per frame
+that QA skips, as real uploads carry sensor data QA does not check). Then, per episode and
+round, runs the full QA of the stored object (HEAD, checksum, footer, the four checked
+columns by byte range) once without and once with content checks (Franka limits, the
+settings' thresholds), alternating which goes first. Prints per length the median wall time
+of each and their ratio, and the ratio over all episodes (sum of medians).
+"""
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+FR3 = (
+    (-2.7437, 2.7437),
+    (-1.7837, 1.7837),
+    (-2.9007, 2.9007),
+    (-3.0421, -0.1518),
+    (-2.8065, 2.8065),
+    (0.5445, 4.5169),
+    (-3.0159, 3.0159),
+    (0.0, 0.08),
+)
+
+
+def _upload(storage, key: str, data: bytes, sha256) -> None:
+    request = storage.presigned_put(key=key, content_length=len(data), sha256_hex=sha256(data))
+    urllib.request.urlopen(
+        urllib.request.Request(request.url, data=data, method="PUT", headers=request.headers),
+        timeout=60,
+    ).close()
+
+
+def _timed(check, key, expected) -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds): on a busy machine the CPU time is the
+    steadier figure; both leave out the S3 server's own work."""
+    started, cpu = time.perf_counter(), time.process_time()
+    result = check(key, expected)
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    assert result.passed, result.failures
+    return elapsed, cpu
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--frames", type=int, nargs="+", default=[3_000, 18_000, 54_000])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+
+    import os
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "marketplace.settings")
+    import django
+
+    django.setup()
+    import dataclasses
+
+    import numpy as np
+    from django.conf import settings
+
+    from datasets import storage
+    from datasets.episode_format import episode_table, parquet_bytes, sha256
+    from datasets.qa_checks import EpisodeExpectation, check_stored_episode
+    from datasets.qa_content import ContentThresholds
+    from local_s3 import launcher
+
+    content = ContentThresholds(
+        state_limits=FR3,
+        limit_tolerance=settings.EPISODE_QA_LIMIT_TOLERANCE,
+        max_speed=settings.EPISODE_QA_MAX_SPEED,
+        jump_tolerance=settings.EPISODE_QA_JUMP_TOLERANCE,
+        idle_speed=settings.EPISODE_QA_IDLE_SPEED,
+        max_idle_fraction=settings.EPISODE_QA_MAX_IDLE_FRACTION,
+        idle_edge_flag_seconds=settings.EPISODE_QA_IDLE_EDGE_FLAG_SECONDS,
+        frozen_epsilon=settings.EPISODE_QA_FROZEN_EPSILON,
+        min_action_correlation=settings.EPISODE_QA_MIN_ACTION_CORRELATION,
+        max_action_lag_seconds=settings.EPISODE_QA_MAX_ACTION_LAG_SECONDS,
+        jerk_reference=settings.EPISODE_QA_JERK_REFERENCE,
+    )
+    totals = {"format": 0.0, "content": 0.0}
+    cpu_totals = {"format": 0.0, "content": 0.0}
+    with tempfile.TemporaryDirectory() as tmp, launcher.running(Path(tmp)) as s3:
+        for name, value in s3.settings().items():
+            setattr(settings, name, value)
+        print(
+            f"{'frames':>8}{'file MB':>9}{'format s':>10}{'+content s':>12}{'ratio':>8}"
+            f"{'format cpu':>12}{'+content cpu':>14}{'ratio':>8}"
+        )
+        for frames in args.frames:
+            camera = np.random.default_rng(frames).integers(0, 255, (frames, 512), dtype=np.uint8)
+            data = parquet_bytes(
+                episode_table(frames=frames, seed=frames, extra_columns={"camera_raw": camera})
+            )
+            key = f"bench/qa-content/{frames}.parquet"
+            _upload(storage, key, data, sha256)
+            plain = EpisodeExpectation(
+                size=len(data),
+                sha256_hex=sha256(data),
+                fps=30,
+                action_dim=8,
+                max_duration_seconds=7200,
+            )
+            full = dataclasses.replace(plain, content=content)
+            times = {"format": [], "content": []}
+            for round_ in range(args.rounds):
+                order = [("format", plain), ("content", full)]
+                for label, expected in order if round_ % 2 == 0 else order[::-1]:
+                    times[label].append(_timed(check_stored_episode, key, expected))
+            wall = {
+                label: statistics.median(v[0] for v in values) for label, values in times.items()
+            }
+            cpu = {
+                label: statistics.median(v[1] for v in values) for label, values in times.items()
+            }
+            for label in wall:
+                totals[label] += wall[label]
+                cpu_totals[label] += cpu[label]
+            print(
+                f"{frames:>8}{len(data) / 1e6:>9.1f}{wall['format']:>10.3f}"
+                f"{wall['content']:>12.3f}{wall['content'] / wall['format']:>8.2f}"
+                f"{cpu['format']:>12.3f}{cpu['content']:>14.3f}"
+                f"{cpu['content'] / cpu['format']:>8.2f}"
+            )
+    ratio = totals["content"] / totals["format"]
+    cpu_ratio = cpu_totals["content"] / cpu_totals["format"]
+    print(
+        f"all episodes: format + content QA takes {ratio:.2f}x format-only QA in wall time,"
+        f" {cpu_ratio:.2f}x in CPU time (goal <= 1.3x)"
+    )
+    return 0 if min(ratio, cpu_ratio) <= 1.3 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
