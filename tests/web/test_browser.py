@@ -46,7 +46,15 @@ def browser():
         browser = playwright.chromium.launch(
             executable_path=CHROMIUM,
             headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+            # --no-zygote: no zygote processes; on this 2-core VM's kernel two zygotes reaping
+            # a closed browser's children once spun in the kernel (shrink_dcache_parent) and
+            # starved the machine for half an hour
+            args=[
+                "--no-sandbox",
+                "--no-zygote",
+                "--disable-gpu",
+                "--disable-background-networking",
+            ],
         )
         yield browser
         browser.close()

@@ -17,6 +17,8 @@ from rest_framework.test import APIClient
 from billing.models import FleetPayable, Payment
 from datasets.episode_format import episode_table, parquet_bytes
 from datasets.models import Delivery, DownloadEvent, Episode
+from fleet_agent.cameras import render_camera_videos
+from fleet_agent.uploads import declarations
 from fleets.models import Job, Offer
 from marketplace import services as accounts
 from marketplace.models import Organization
@@ -44,7 +46,7 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
 ]
 
-EPISODE_FPS = 10
+EPISODE_FPS = 2  # an hour of episodes with a camera video each: few frames keep it quick
 
 
 @pytest.fixture
@@ -69,8 +71,19 @@ def story_services(settings, s3, localstripe_url, live_server, eager_celery):  #
 
 
 def upload(client: APIClient, job: Job, site, robot, seconds: int, seed: int) -> Episode:
-    """What the fleet agent does: register, PUT to the presigned S3 URL, complete (QA runs)."""
-    data = parquet_bytes(episode_table(frames=seconds * EPISODE_FPS, fps=EPISODE_FPS, seed=seed))
+    """What the fleet agent does: register the parquet and one video per camera the order
+    asks for (rendered from the trajectory, as the agent renders them), PUT each to its
+    presigned S3 URL, complete (QA runs)."""
+    columns = episode_table(frames=seconds * EPISODE_FPS, fps=EPISODE_FPS, seed=seed)
+    data = parquet_bytes(columns)
+    spec = job.order.stream_spec
+    videos = render_camera_videos(
+        {"observation.state": columns["observation.state"]},
+        spec.get("cameras", []),
+        EPISODE_FPS,
+        codec=spec.get("video_codec", "h264"),
+        seed=seed,
+    )
     registered = client.post(
         f"/api/v1/fleet/jobs/{job.id}/episodes",
         {
@@ -84,12 +97,16 @@ def upload(client: APIClient, job: Job, site, robot, seconds: int, seed: int) ->
             "sha256": hashlib.sha256(data).hexdigest(),
             "frames": frames_in(data),
             "objects_handled": ["peg-8mm"],
+            "videos": declarations(videos),
         },
         format="json",
     )
     assert registered.status_code == 201, registered.json()
     body = registered.json()
     assert put(body["upload"], data) == 200
+    assert sorted(video["camera_key"] for video in body["upload"]["videos"]) == sorted(videos)
+    for video in body["upload"]["videos"]:
+        assert put(video, videos[video["camera_key"]]) == 200
     completed = client.post(f"/api/v1/fleet/episodes/{body['id']}/complete", {}, format="json")
     assert completed.status_code == 200, completed.json()
     return Episode.objects.get(pk=body["id"])
@@ -216,6 +233,25 @@ def test_order_pay_collect_and_download_in_the_browser(live_server, new_page, st
         .order_by("created_at")
         .values_list("path", flat=True)
     ) == ["manifest.json", data_path]
+
+    # --- An accepted episode's page: the camera's poster frame is shown, its clip plays
+    customer.goto(f"{order_url}episodes/{first.pk}/")
+    video = customer.locator("video[data-camera]").first
+    expect(video).to_be_visible()
+    poster = customer.evaluate(
+        """async (url) => { const img = new Image(); img.src = url; await img.decode();
+            return img.naturalWidth; }""",
+        video.get_attribute("poster"),
+    )
+    assert poster >= 320  # the order's camera: 320x240 at least
+    played = customer.evaluate(
+        """async () => { const v = document.querySelector('video[data-camera]');
+            v.muted = true; await v.play(); await new Promise(r => setTimeout(r, 1200));
+            return [v.currentTime, v.readyState, v.error && v.error.code]; }"""
+    )
+    assert played[0] > 0.3 and played[1] >= 2 and played[2] is None, played
+    expect(customer.locator("svg.episode-plot polyline").first).to_be_attached()
+    shot(customer, "46b-story-episode-cameras")
 
     # --- The operator's earnings: the job's accepted hour at the fleet's rate, pending payout
     payable = FleetPayable.objects.get(job=job)
