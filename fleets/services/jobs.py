@@ -39,17 +39,7 @@ def job_move(
     from_status = job.status
     if from_status == to_status:
         return job
-    require_transition(
-        transitions=JOB_TRANSITIONS,
-        from_status=from_status,
-        to_status=to_status,
-        what="A job",
-        error=InvalidJobTransition,
-    )
-    job.status = to_status
-    if to_status not in JOB_HOLDING_STATES and to_status != Job.Status.COMPLETED:
-        job.fleet = None
-        job.site = None
+    _apply_move(job, to_status)
     job.save()
     JobEvent.objects.create(
         job=job,
@@ -62,6 +52,23 @@ def job_move(
     return job
 
 
+def _apply_move(job: Job, to_status: str) -> None:
+    """Check the move against the map and set the status; a job leaving its holder (not
+    held, not completed) forgets its fleet and site. Nothing is saved here."""
+    if job.status != to_status:
+        require_transition(
+            transitions=JOB_TRANSITIONS,
+            from_status=job.status,
+            to_status=to_status,
+            what="A job",
+            error=InvalidJobTransition,
+        )
+    job.status = to_status
+    if to_status not in JOB_HOLDING_STATES and to_status != Job.Status.COMPLETED:
+        job.fleet = None
+        job.site = None
+
+
 def jobs_move(*, moves: list[tuple[Job, str, str, object]], actor_label: str = SYSTEM) -> None:
     """job_move for many jobs at once, (job, to_status, reason, fleet) each: the same map and
     audit, written with one UPDATE and one INSERT. The caller holds the jobs' row locks;
@@ -70,18 +77,7 @@ def jobs_move(*, moves: list[tuple[Job, str, str, object]], actor_label: str = S
     changed, events = [], []
     for job, to_status, reason, fleet in moves:
         from_status = job.status
-        if from_status != to_status:
-            require_transition(
-                transitions=JOB_TRANSITIONS,
-                from_status=from_status,
-                to_status=to_status,
-                what="A job",
-                error=InvalidJobTransition,
-            )
-        job.status = to_status
-        if to_status not in JOB_HOLDING_STATES and to_status != Job.Status.COMPLETED:
-            job.fleet = None
-            job.site = None
+        _apply_move(job, to_status)
         job.updated_at = now
         changed.append(job)
         if from_status != to_status:
