@@ -35,6 +35,17 @@ CHUNKS_SIZE = 1000
 VIDEO_FILE_BYTES = 200 * 1024 * 1024
 PIX_FMT = "yuv420p"
 ENCODERS = {"av1": "libsvtav1", "h264": "libx264"}
+
+
+def keep_normal_scheduling() -> None:
+    """Undo what libsvtav1 does when it runs as root: it switches the calling thread to
+    SCHED_FIFO 99, which every process forked afterwards inherits (workers, browsers). On this
+    2-core machine such real-time threads starved the kernel's own clean-up for half an hour.
+    One syscall: called after each encode call."""
+    if os.sched_getscheduler(0) != os.SCHED_OTHER:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+
+
 # What lerobot's recorder uses for AV1 (g 2: a key frame every other frame, so any frame a
 # training loader asks for decodes fast); the same spacing for H.264.
 ENCODER_OPTIONS = {
@@ -260,7 +271,9 @@ class CameraWriter:
         if self._out is None:
             return
         if self._mode == "encode":
-            for packet in self._stream.encode(None):
+            packets = self._stream.encode(None)
+            keep_normal_scheduling()
+            for packet in packets:
                 self._out.mux(packet)
         self._out.close()
         self._out = self._stream = None
@@ -323,7 +336,9 @@ class CameraWriter:
                 )
                 out.pts = self._frames + decoded
                 out.time_base = frame_rate
-                for packet in self._stream.encode(out):
+                packets = self._stream.encode(out)
+                keep_normal_scheduling()
+                for packet in packets:
                     self._out.mux(packet)
                 decoded += 1
         if decoded != length:

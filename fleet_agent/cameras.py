@@ -21,6 +21,7 @@ file cut short).
 from __future__ import annotations
 
 import io
+import os
 from fractions import Fraction
 
 import av
@@ -35,6 +36,13 @@ REACH_M = sum(LINKS_M)
 GRIPPER_MAX_M = 0.08
 NOISE_FRAMES = 8  # a bank of sensor noise, drawn from per frame (cheap and never repeating)
 FROZEN_SECONDS = 4.0  # over QA's EPISODE_QA_VIDEO_MAX_STILL_SECONDS (3 s by default)
+
+
+def _keep_normal_scheduling() -> None:
+    # libsvtav1 run as root switches the calling thread to SCHED_FIFO 99 (inherited by every
+    # process forked later); put it back after each encode call
+    if os.sched_getscheduler(0) != os.SCHED_OTHER:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 
 
 def end_effector(state: np.ndarray) -> np.ndarray:
@@ -145,9 +153,13 @@ def encode_frames(frames, *, fps: int, width: int, height: int, codec: str = "h2
             frame = av.VideoFrame.from_ndarray(image, format="rgb24")
             frame.pts = number if pts is None else int(pts[number])
             frame.time_base = Fraction(1, fps)
-            for packet in stream.encode(frame):
+            packets = stream.encode(frame)
+            _keep_normal_scheduling()
+            for packet in packets:
                 container.mux(packet)
-        for packet in stream.encode(None):
+        packets = stream.encode(None)
+        _keep_normal_scheduling()
+        for packet in packets:
             container.mux(packet)
     return sink.getvalue()
 

@@ -1,5 +1,7 @@
 """The delivery's camera videos (datasets/lerobot_videos.py) on real PyAV-encoded MP4s."""
 
+import os
+
 import av
 import numpy as np
 import pytest
@@ -274,3 +276,17 @@ def test_an_odd_sized_camera_is_delivered_at_the_even_size_below(tmp_path):
     assert camera.encoded == 1 and camera.feature()["shape"] == [48, 64, 3]
     frames = decode(tmp_path / "out" / camera.files[0])
     assert len(frames) == 10 and frames[0][1].shape == (48, 64, 3)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="libsvtav1 raises the priority only as root")
+def test_an_av1_encode_leaves_the_thread_at_normal_priority(tmp_path):
+    # libsvtav1 run as root turns the calling thread into SCHED_FIFO 99, which every process
+    # forked later inherits; the writer must put it back
+    sources = _sources(tmp_path, [20])
+    camera = CameraWriter(
+        root=tmp_path / "out", key="observation.images.scene", fps=FPS, codec="av1"
+    )
+    camera.add_episode(sources[0], 20)
+    camera.finish()
+    assert camera.encoded == 1
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER

@@ -10,6 +10,8 @@ from pathlib import Path
 import av
 import numpy as np
 
+from datasets.lerobot_videos import keep_normal_scheduling
+
 CODECS = {"h264": "libx264", "av1": "libsvtav1", "hevc": "libx265", "mpeg4": "mpeg4"}
 
 
@@ -68,9 +70,13 @@ def _encode(sink, frames, fps, width, height, codec, pts_of, options) -> None:
             if pts_of is not None:
                 frame.pts = pts_of(index)
                 frame.time_base = Fraction(1, fps * 100)
-            for packet in stream.encode(frame):
+            packets = stream.encode(frame)
+            keep_normal_scheduling()
+            for packet in packets:
                 container.mux(packet)
-        for packet in stream.encode():
+        packets = stream.encode()
+        keep_normal_scheduling()
+        for packet in packets:
             container.mux(packet)
 
 
@@ -106,9 +112,13 @@ def encode(
         for i, image in enumerate([first, *frames]):
             frame = av.VideoFrame.from_ndarray(image, format="rgb24")
             frame.pts, frame.time_base = i, Fraction(1, fps)
-            for packet in stream.encode(frame):
+            packets = stream.encode(frame)
+            keep_normal_scheduling()
+            for packet in packets:
                 container.mux(packet)
-        for packet in stream.encode(None):
+        packets = stream.encode(None)
+        keep_normal_scheduling()
+        for packet in packets:
             container.mux(packet)
     return path
 

@@ -2,6 +2,7 @@
 
 import io
 import itertools
+import os
 import time
 
 import av
@@ -181,3 +182,10 @@ def test_each_video_defect_is_rejected_by_video_qa(tmp_path, defect):
     first, second = list(videos)
     assert _video_qa(tmp_path, "spoiled", videos[first], frames) != [], defect
     assert _video_qa(tmp_path, "clean", videos[second], frames) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="libsvtav1 raises the priority only as root")
+def test_rendering_av1_leaves_the_thread_at_normal_priority():
+    # otherwise every process the agent forks afterwards runs SCHED_FIFO 99 (libsvtav1 as root)
+    render_camera_videos(_arrays(), CAMERAS[:1], FPS, codec="av1")
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
