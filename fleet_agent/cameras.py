@@ -14,7 +14,7 @@ bytes at the episode's frame rate: frame i at exactly i/fps, constant frame rate
 
 `defect` (for the agent's defect mode) spoils the first camera's video the way QA must
 notice: `dropped_frames` (frames missing, their time left as a gap), `wrong_fps` (encoded
-at another rate), `frozen` (one frame repeated over a stretch of seconds), `truncated` (the
+at another rate), `frozen_video` (one frame repeated over a stretch of seconds), `truncated` (the
 file cut short).
 """
 
@@ -27,7 +27,7 @@ from fractions import Fraction
 import av
 import numpy as np
 
-VIDEO_DEFECTS = ("dropped_frames", "wrong_fps", "frozen", "truncated")
+VIDEO_DEFECTS = ("dropped_frames", "wrong_fps", "frozen_video", "truncated")
 DEFAULT_SIZE = (320, 240)
 ENCODERS = {"h264": ("libx264", {"preset": "ultrafast", "crf": "23"})}
 ENCODERS["av1"] = ("libsvtav1", {"preset": "12", "crf": "35"})
@@ -184,6 +184,8 @@ def render_camera_videos(
         raise ValueError(f"Unknown codec {codec!r}; one of {', '.join(ENCODERS)}.")
     poses = end_effector(episode_arrays["observation.state"])
     frames = len(poses)
+    if defect == "frozen_video" and frames < (FROZEN_SECONDS + 1) * fps:
+        defect = "truncated"  # too short for a still stretch longer than QA's limit
     videos = {}
     for number, camera in enumerate(cameras):
         key, width, height = _camera(camera)
@@ -206,7 +208,7 @@ def _render_one(renderer, poses, light, fps, defect, codec, width, height, rng) 
     if defect == "wrong_fps":
         rate = fps * 2 if fps <= 30 else max(1, fps // 2)
     frozen = range(0)
-    if defect == "frozen":
+    if defect == "frozen_video":
         length = min(frames - 1, max(2, round(FROZEN_SECONDS * fps)))
         start = int(rng.integers(0, frames - length + 1))
         frozen = range(start + 1, start + length)

@@ -119,7 +119,11 @@ def test_wrong_fps_is_another_rate():
 
 
 def test_a_frozen_stretch_repeats_one_frame():
-    videos = render_camera_videos(_arrays(), CAMERAS[:1], FPS, defect="frozen")
+    # an episode too short to hold a still stretch over QA's limit is spoiled otherwise (cut)
+    short = render_camera_videos(_arrays(seconds=3), CAMERAS[:1], FPS, defect="frozen_video")
+    clean = render_camera_videos(_arrays(seconds=3), CAMERAS[:1], FPS)
+    assert len(short[CAMERAS[0]]) < len(clean[CAMERAS[0]]) * 0.7
+    videos = render_camera_videos(_arrays(seconds=8), CAMERAS[:1], FPS, defect="frozen_video")
     _, frames = _decode(videos[CAMERAS[0]])
     still = _differences(frames) < 0.5
     longest = run = 0
@@ -143,7 +147,7 @@ def test_unknown_defects_and_codecs_are_refused():
         render_camera_videos(_arrays(seconds=1.0), CAMERAS, FPS, defect="blurry")
     with pytest.raises(ValueError, match="codec"):
         render_camera_videos(_arrays(seconds=1.0), CAMERAS, FPS, codec="vp9")
-    assert set(VIDEO_DEFECTS) == {"dropped_frames", "wrong_fps", "frozen", "truncated"}
+    assert set(VIDEO_DEFECTS) == {"dropped_frames", "wrong_fps", "frozen_video", "truncated"}
 
 
 # --- The agent's videos against the platform's video QA (datasets/qa_video_checks.py) -------

@@ -18,15 +18,29 @@ from tests.factories import OrderFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-QA_REASONS_OF_DEFECTS = {"non_finite", "timestamp_gap", "fps_mismatch", "vector_length"} | {
-    # the agent's content defects (issue 16)
-    "state_out_of_limits",
-    "state_jump",
-    "idle_episode",
-    "frozen_signal",
-    "action_state_mismatch",
-    "near_duplicate",
-}
+QA_REASONS_OF_DEFECTS = (
+    {"non_finite", "timestamp_gap", "fps_mismatch", "vector_length"}
+    | {
+        # the agent's content defects (issue 16)
+        "state_out_of_limits",
+        "state_jump",
+        "idle_episode",
+        "frozen_signal",
+        "action_state_mismatch",
+        "near_duplicate",
+    }
+    | {
+        # the agent's video defects (issue 15): dropped frames, wrong rate, a still stretch, a cut
+        "video_frame_count",
+        "video_lengths_differ",
+        "video_variable_frame_rate",
+        "video_timestamps",
+        "video_fps_mismatch",
+        "video_frozen",
+        "video_decode_error",
+        "video_unreadable",
+    }
+)
 
 
 @pytest.fixture
