@@ -1,0 +1,21 @@
+"""Importing a fleet's own recordings (issue 17): readers turn a recording in a foreign
+format into a `Recording` in the platform's episode format; the import pipeline uploads
+them, resumably, to the job the mapping file names.
+
+    fleet_agent/importers/base.py       Recording, RecordingError, the reader registry
+    fleet_agent/importers/mapping.py    the mapping file (TOML): job, format, reader options
+"""
+
+from fleet_agent.importers.base import READERS, Recording, RecordingError, read_recordings
+from fleet_agent.importers.mapping import ImportMapping, MappingError, load_mapping, parse_mapping
+
+__all__ = [
+    "READERS",
+    "ImportMapping",
+    "MappingError",
+    "Recording",
+    "RecordingError",
+    "load_mapping",
+    "parse_mapping",
+    "read_recordings",
+]
