@@ -75,6 +75,8 @@ class Reason:
     VIDEO_LENGTHS_DIFFER = "video_lengths_differ"
     VIDEO_BLACK = "video_black"
     VIDEO_FROZEN = "video_frozen"
+    VIDEO_UNDEREXPOSED = "video_underexposed"
+    VIDEO_OVEREXPOSED = "video_overexposed"
     # Content (datasets/qa_content.py): the file is well formed, the demonstration is not.
     STATE_OUT_OF_LIMITS = ContentReason.STATE_OUT_OF_LIMITS
     STATE_JUMP = ContentReason.STATE_JUMP

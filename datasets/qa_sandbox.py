@@ -82,6 +82,8 @@ def video_limits(deadline: float | None = None) -> VideoLimits:
     return VideoLimits(
         max_still_seconds=settings.EPISODE_QA_VIDEO_MAX_STILL_SECONDS,
         black_luma=settings.EPISODE_QA_VIDEO_BLACK_LUMA,
+        dark_luma=settings.EPISODE_QA_VIDEO_DARK_LUMA,
+        bright_luma=settings.EPISODE_QA_VIDEO_BRIGHT_LUMA,
         frozen_difference=settings.EPISODE_QA_VIDEO_FROZEN_DIFFERENCE,
         deadline=deadline,
     )

@@ -5,7 +5,8 @@ verifying its size and SHA-256 on the way, and runs these in the bounded sandbox
 the container opens and has a video stream, the codec is allowed (H.264, HEVC, AV1), the
 frame rate is constant and equal to the episode's, the resolution is at least the ordered
 one, every frame decodes, frame i sits at i/fps (lerobot's 1e-4 s tolerance), there are as
-many frames as parquet rows, and no stretch longer than the allowed one is black or frozen.
+many frames as parquet rows, and no stretch longer than the allowed one is black, frozen,
+heavily under-exposed (dark) or over-exposed (blown out).
 Across files: every camera has the same number of frames.
 
 Decoding streams: one frame at a time, of which only a subsampled luma grid is kept (the
@@ -32,6 +33,8 @@ class VideoLimits:
 
     max_still_seconds: float = 3.0  # longest black or frozen stretch allowed
     black_luma: float = 24.0  # mean luma (0-255, limited range: black is 16) below: black
+    dark_luma: float = 40.0  # mean luma below: heavily under-exposed (black counts too)
+    bright_luma: float = 220.0  # mean luma above: blown out (limited range: white is 235)
     frozen_difference: float = 0.25  # mean absolute luma difference to the run's start: frozen
     grid_step: int = 8  # the difference measure reads every grid_step-th pixel of luma
     measures_per_second: int = 10  # frames measured for black/frozen (every frame decodes)
@@ -81,6 +84,8 @@ class _Decoded:
     steps: set = field(default_factory=set)
     black: _Still = field(default_factory=_Still)
     frozen: _Still = field(default_factory=_Still)
+    dark: _Still = field(default_factory=_Still)
+    bright: _Still = field(default_factory=_Still)
     stopped: str = ""  # "time" or "decode"
 
 
@@ -159,7 +164,8 @@ def _decode(container, stream, expected: VideoExpectation, limits: VideoLimits) 
     last_time = None
     step = limits.grid_step
     every = max(1, expected.fps // max(1, limits.measures_per_second))
-    black_sum = limits.black_luma  # per sample; compared as sums below (no mean() per frame)
+    # per sample; compared as sums below (no mean() per frame)
+    black_sum, dark_sum, bright_sum = limits.black_luma, limits.dark_luma, limits.bright_luma
     try:
         for frame in container.decode(stream):
             if frame.time is None:
@@ -174,8 +180,11 @@ def _decode(container, stream, expected: VideoExpectation, limits: VideoLimits) 
             if index % every == 0:
                 grid = _luma_grid(frame, step)
                 samples = grid.size
-                black = int(np.add.reduce(grid, axis=None)) < black_sum * samples
+                total = int(np.add.reduce(grid, axis=None))
+                black = total < black_sum * samples
                 decoded.black.see(black, every)
+                decoded.dark.see(total < dark_sum * samples, every)
+                decoded.bright.see(total > bright_sum * samples, every)
                 # Frozen: the picture stays within frozen_difference of the run's first frame
                 # (an anchor, not the previous frame: slow motion adds up, a frozen one not).
                 still = (
@@ -243,6 +252,18 @@ def _decoded_checks(decoded: _Decoded, expected, limits: VideoLimits, result: QA
             Reason.VIDEO_BLACK,
             f"{camera}: {decoded.black.longest / expected.fps:.1f} s of black frames (at most"
             f" {limits.max_still_seconds:g} s).",
+        )
+    elif decoded.dark.longest > longest_allowed:  # dark, not black: its own words
+        result.fail(
+            Reason.VIDEO_UNDEREXPOSED,
+            f"{camera}: {decoded.dark.longest / expected.fps:.1f} s too dark to see (mean luma"
+            f" under {limits.dark_luma:g}; at most {limits.max_still_seconds:g} s).",
+        )
+    if decoded.bright.longest > longest_allowed:
+        result.fail(
+            Reason.VIDEO_OVEREXPOSED,
+            f"{camera}: {decoded.bright.longest / expected.fps:.1f} s blown out (mean luma over"
+            f" {limits.bright_luma:g}; at most {limits.max_still_seconds:g} s).",
         )
     if decoded.frozen.longest > longest_allowed:
         result.fail(

@@ -373,6 +373,9 @@ EPISODE_QA_VIDEO_MAX_STILL_SECONDS = float(
     os.environ.get("EPISODE_QA_VIDEO_MAX_STILL_SECONDS", "3")
 )
 EPISODE_QA_VIDEO_BLACK_LUMA = float(os.environ.get("EPISODE_QA_VIDEO_BLACK_LUMA", "24"))
+# Exposure: a stretch over the same length darker (mean luma) than DARK or brighter than BRIGHT.
+EPISODE_QA_VIDEO_DARK_LUMA = float(os.environ.get("EPISODE_QA_VIDEO_DARK_LUMA", "40"))
+EPISODE_QA_VIDEO_BRIGHT_LUMA = float(os.environ.get("EPISODE_QA_VIDEO_BRIGHT_LUMA", "220"))
 EPISODE_QA_VIDEO_FROZEN_DIFFERENCE = float(
     os.environ.get("EPISODE_QA_VIDEO_FROZEN_DIFFERENCE", "0.25")
 )

@@ -39,6 +39,8 @@ QA_REASONS = {
     "video_lengths_differ": "The cameras' videos have different numbers of frames.",
     "video_black": "A camera shows black frames for too long.",
     "video_frozen": "A camera's picture is frozen for too long.",
+    "video_underexposed": "A camera's picture is too dark to see for too long.",
+    "video_overexposed": "A camera's picture is blown out (over-exposed) for too long.",
     "sensor_missing": "A sensor stream the order includes (force/torque, tactile) is missing.",
     # Content QA (datasets/qa_content.py): the file is fine, the demonstration is not.
     "state_out_of_limits": "A joint or gripper reading lies outside the robot's physical limits.",

@@ -138,6 +138,36 @@ def test_a_long_frozen_stretch_is_refused_and_a_short_one_allowed(tmp_path):
     assert result.passed, result.failures
 
 
+def test_long_dark_or_blown_out_stretches_are_refused_and_short_ones_allowed(tmp_path):
+    limits = VideoLimits(max_still_seconds=1.0)
+
+    def lit(scale: float, offset: int):
+        # the moving scene, dimmed or blown out: it still moves, so it is not frozen
+        return lambda frames, i: np.clip(frames[i] * scale + offset, 0, 255).astype(np.uint8)
+
+    dark, bright = lit(0.08, 8), lit(0.2, 225)  # mean luma about 31 and 229
+    for make, code in ((dark, Reason.VIDEO_UNDEREXPOSED), (bright, Reason.VIDEO_OVEREXPOSED)):
+        long = _with_stretch(90, 20, 60, make)  # 40 frames: 1.3 s
+        result, _ = check(tmp_path, encode_mp4(long), frames=90, limits=limits)
+        assert codes(result) == [code], result.failures
+        assert "1.3 s" in result.failures[0].message
+        short = _with_stretch(90, 20, 40, make)  # 0.7 s
+        result, _ = check(tmp_path, encode_mp4(short), frames=90, limits=limits)
+        assert result.passed, result.failures
+
+
+def test_a_black_stretch_is_named_black_not_also_dark(tmp_path):
+    limits = VideoLimits(max_still_seconds=1.0)
+    black = np.zeros((240, 320, 3), np.uint8)
+    result, _ = check(
+        tmp_path,
+        encode_mp4(_with_stretch(90, 20, 60, lambda f, i: black)),
+        frames=90,
+        limits=limits,
+    )
+    assert codes(result) == [Reason.VIDEO_BLACK], result.failures
+
+
 def test_decoding_stops_at_the_deadline(tmp_path):
     limits = VideoLimits(deadline=time.monotonic() - 1)
     result, _ = check(tmp_path, encode_mp4(count=30), limits=limits)
@@ -146,6 +176,6 @@ def test_decoding_stops_at_the_deadline(tmp_path):
 
 def test_every_video_reason_has_words_for_the_pages():
     video_codes = [value for name, value in vars(Reason).items() if name.startswith("VIDEO_")]
-    assert len(video_codes) == 12
+    assert len(video_codes) == 14
     for code in [*video_codes, Reason.SENSOR_MISSING]:
         assert code in QA_REASONS, code
