@@ -7,8 +7,9 @@ frame i at exactly i / fps.
 
 `cut_clip` remuxes (copies the packets, so every frame is bit-exact) when the file's codec is
 the order's (`codec`) and the episode's packets can be taken on their own: in decode order
-they form one unbroken run that starts with a key frame (a decoder only refers to frames
-decoded before, so such a run references nothing outside it). Otherwise (another codec, an
+they form one unbroken run that starts with a key frame showing the episode's first frame
+(nothing decoded after a key frame refers to a frame before it, and any frame shown before
+it would break the run, so such a run references nothing outside it). Otherwise (another codec, an
 episode starting between key frames, B-frames reaching across the cut) it decodes the
 episode's frames and encodes them again in `codec`. The copy is then decoded once to check
 it holds exactly the episode's frames at their times; if not, it is encoded instead.
@@ -65,12 +66,12 @@ def _remux(container, stream, start: int, length: int, fps: int) -> bytes | None
         if packet.pts is None or packet.size == 0:
             continue
         frame = _frame_of(packet.pts, stream.time_base, fps)
-        if not run and frame >= end:
-            return None  # nothing of the episode where it should start
         if not run and frame < start:
             continue
-        if not start <= frame < end or (not run and not packet.is_keyframe):
-            return None  # not one unbroken run from a key frame
+        if not run and (frame != start or not packet.is_keyframe):
+            return None  # the episode's first frame is not a key frame
+        if not start <= frame < end:
+            return None  # not one unbroken run
         run.append(packet)
         if len(run) == length:
             break

@@ -52,7 +52,7 @@ def camera_map(options: dict, *, required: bool = False) -> dict[str, str]:
     for name, key in cameras.items():
         if not isinstance(key, str) or not key.startswith(CAMERA_PREFIX) or "/" in key:
             raise RecordingError(
-                f"source.cameras.{name}: {key!r} is not a camera key like 'observation.images.wrist'"
+                f"source.cameras.{name}: {key!r} is not a camera key (observation.images.<name>)"
             )
     if len(set(cameras.values())) != len(cameras):
         raise RecordingError("source.cameras: two cameras are mapped to the same key")

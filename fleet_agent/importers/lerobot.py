@@ -43,7 +43,6 @@ from fleet_agent.importers.convert import (
 from fleet_agent.importers.mapping import ImportMapping
 
 STATE, ACTION = "observation.state", "action"
-SCALARS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 FLOATS = ("float32", "float64")
 
 
@@ -67,6 +66,7 @@ class Dataset:
         )
         if self._data[0] != path:
             columns = [STATE, ACTION, *self.vectors, "timestamp", "frame_index", "episode_index"]
+            columns += ["task_index"] if "task_index" in self.info["features"] else []
             try:
                 self._data = (path, pq.read_table(path, columns=columns))
             except (OSError, pa.ArrowException) as exc:
@@ -204,7 +204,9 @@ def read_episode(dataset: Dataset, row: dict, mapping: ImportMapping) -> Recordi
         )
     except RecordingError as exc:
         raise RecordingError(f"{name}: {exc}") from exc
-    tasks = row.get("tasks") or []
+    tasks = list(row.get("tasks") or [])
+    if not tasks and "task_index" in table.column_names and table.num_rows:
+        tasks = [dataset.tasks.get(table["task_index"][0].as_py())]
     return Recording(
         source_id=name,
         episode=episode,

@@ -44,8 +44,13 @@ def spec(*, cameras=(SCENE, WRIST), codec: str = "h264", force: bool = False) ->
 # --- LeRobot v3.0 ---------------------------------------------------------------------------
 
 
-def write_lerobot(root: Path, lengths, *, cameras=(SCENE, WRIST), codec="h264", seed=0) -> list:
-    """A LeRobot v3.0 dataset at `root`, one episode per length; [(columns, task)]."""
+def write_lerobot(
+    root: Path, lengths, *, cameras=(SCENE, WRIST), codec="h264", source_codec=None, seed=0
+) -> list:
+    """A LeRobot v3.0 dataset at `root`, one episode per length, its videos in `codec`
+    (episodes recorded in `source_codec`, by default the same: the writer then copies their
+    packets; another one it re-encodes, one key frame every other frame over the whole file);
+    [(columns, task)]."""
     writer = LeRobotWriter(
         root=root,
         fps=FPS,
@@ -70,7 +75,9 @@ def write_lerobot(root: Path, lengths, *, cameras=(SCENE, WRIST), codec="h264", 
                     length, WIDTH, HEIGHT, seed=seed * 100 + number * 10 + camera
                 )
                 path.write_bytes(
-                    encode_mp4(frames, fps=FPS, width=WIDTH, height=HEIGHT, codec=codec)
+                    encode_mp4(
+                        frames, fps=FPS, width=WIDTH, height=HEIGHT, codec=source_codec or codec
+                    )
                 )
                 paths[key] = path
             task = f"insert peg {number % 2}"
