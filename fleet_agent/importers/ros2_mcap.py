@@ -270,6 +270,10 @@ def _read(path: Path, mapping: ImportMapping, source_id: str) -> Recording:
     max_age_ns = round(max_age * NS / fps)
     streams = _streams(options)
     cameras = [_Camera(topic, key) for topic, key in camera_map(options).items()]
+    topics = [stream.topic for stream in streams] + [camera.topic for camera in cameras]
+    twice = sorted({topic for topic in topics if topics.count(topic) > 1})
+    if twice:
+        raise RecordingError(f"source: topic {twice[0]} is mapped to two streams")
     _pass_one(path, streams, cameras, clock)
     times = {s.topic: np.asarray(s.times, dtype=np.int64) for s in streams}
     times |= {c.topic: np.asarray(c.times, dtype=np.int64) for c in cameras}
