@@ -56,6 +56,14 @@ def _frames(data: h5py.Dataset):
 
 
 def read_file(path: Path, mapping: ImportMapping, source_id: str) -> Recording:
+    """One episode file; RecordingError naming it if it cannot become an episode."""
+    try:
+        return _read(path, mapping, source_id)
+    except OSError as exc:  # h5py: a damaged file found while reading it
+        raise RecordingError(f"{source_id}: not a readable HDF5 file ({exc})") from exc
+
+
+def _read(path: Path, mapping: ImportMapping, source_id: str) -> Recording:
     options = mapping.source
     fps, codec, cameras = fps_option(options), video_codec(options), camera_map(options)
     name = source_id

@@ -87,6 +87,8 @@ def _info(root: Path) -> dict:
     fps, features = info.get("fps"), info.get("features")
     if not isinstance(fps, int) or fps < 1 or not isinstance(features, dict):
         raise RecordingError(f"{root}: meta/info.json lacks fps or features")
+    if not all(isinstance(feature, dict) for feature in features.values()):
+        raise RecordingError(f"{root}: meta/info.json's features must be tables")
     for name in (STATE, ACTION):
         if features.get(name, {}).get("dtype") not in FLOATS:
             raise RecordingError(f"{root}: the dataset has no float feature {name}")
@@ -125,6 +127,11 @@ def _episode_rows(root: Path) -> list[dict]:
             rows += parquet.read(columns=names).to_pylist()
         except (OSError, pa.ArrowException) as exc:
             raise RecordingError(f"{path.relative_to(root)}: unreadable ({exc})") from exc
+    needed = ("episode_index", "length", "data/chunk_index", "data/file_index")
+    for row in rows:
+        missing = [name for name in needed if row.get(name) is None]
+        if missing:
+            raise RecordingError(f"{root}: meta/episodes lacks {', '.join(missing)}")
     return sorted(rows, key=lambda row: row["episode_index"])
 
 

@@ -173,7 +173,7 @@ def _messages(path: Path, topics: list[str]):
             for schema, channel, message, decoded in messages.iter_decoded_messages(topics):
                 yield _type_name(schema), channel.topic, decoded, message.log_time
     except (McapError, ValueError, EOFError, KeyError, OSError) as exc:
-        raise RecordingError(f"{path.name}: not a readable MCAP file ({exc})") from exc
+        raise RecordingError(f"not a readable MCAP file ({exc})") from exc
 
 
 class _Camera:
@@ -248,6 +248,8 @@ def _camera_frames(path: Path, camera: _Camera, wanted: np.ndarray):
             if last_use[int(wanted[frame])] == frame:
                 del pending[int(wanted[frame])]
             frame += 1
+    if frame < len(wanted):
+        raise RecordingError(f"{camera.topic}: the bag changed while it was read")
 
 
 def read_file(path: Path, mapping: ImportMapping, source_id: str) -> Recording:

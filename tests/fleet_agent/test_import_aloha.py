@@ -83,6 +83,10 @@ def test_broken_files_fail_with_the_file_and_the_reason(tmp_path):
         del handle["action"]
     with pytest.raises(RecordingError, match="no dataset /action"):
         list(read_recordings(path, mapping()))
+    write_aloha(path, 30)
+    (tmp_path / "cut.hdf5").write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(RecordingError, match=r"cut.hdf5: not a readable HDF5 file"):
+        list(read_recordings(tmp_path / "cut.hdf5", mapping()))
     (tmp_path / "bad.hdf5").write_bytes(b"not hdf5 at all")
     with pytest.raises(RecordingError, match=r"bad.hdf5: not a readable HDF5 file"):
         list(read_recordings(tmp_path / "bad.hdf5", mapping()))

@@ -120,6 +120,29 @@ def test_a_clip_cut_between_key_frames_or_in_another_codec_is_re_encoded(tmp_pat
         assert check_recording(recording, {"stream_spec": spec(cameras=(SCENE,))}) == []
 
 
+def test_a_clip_with_b_frames_that_starts_on_a_key_frame_is_copied_exactly(tmp_path):
+    # B-frames: packets out of display order, negative decode times; key frames every 15
+    root = tmp_path / "dataset"
+    write_lerobot(root, [45, 30], cameras=(SCENE,))
+    video = root / "videos" / SCENE / "chunk-000/file-000.mp4"
+    frames = [image for _, image in decode(video)]
+    options = {"g": "15", "keyint_min": "15", "sc_threshold": "0", "bf": "2", "preset": "medium"}
+    encode(video, frames, fps=30, codec="libx264", options=options)
+    with av.open(str(video)) as container:
+        stream = container.streams.video[0]
+        packets = [p for p in container.demux(stream) if p.pts is not None]
+        assert any(p.dts < p.pts for p in packets)  # reordered
+    expected = lerobot_loader.camera_frames(root, lerobot_loader.load(root), SCENE)
+    recordings = list(read_recordings(root, mapping()))
+    for recording, frames in zip(recordings, expected, strict=True):
+        assert recording.video_modes == {SCENE: "remux"}
+        clip = decoded(recording.episode.videos[SCENE])
+        assert len(clip) == len(frames)
+        assert all(np.array_equal(a, b) for a, b in zip(clip, frames, strict=True))
+        assert np.allclose(stamps(recording.episode.videos[SCENE]), np.arange(len(frames)) / 30)
+        assert check_recording(recording, {"stream_spec": spec(cameras=(SCENE,))}) == []
+
+
 def test_a_dataset_that_is_not_v3_or_misses_files_fails_with_a_clear_message(dataset, tmp_path):
     root, _ = dataset
     with pytest.raises(RecordingError, match=r"no readable meta/info.json"):
@@ -138,6 +161,11 @@ def test_a_dataset_that_is_not_v3_or_misses_files_fails_with_a_clear_message(dat
         RecordingError, match=f"episode_000000 {WRIST}: videos/.*file-000.mp4 is missing"
     ):
         next(read_recordings(copy, mapping()))
+    meta = copy / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(meta)
+    pq.write_table(table.drop_columns(["data/file_index"]), meta)
+    with pytest.raises(RecordingError, match=r"meta/episodes lacks data/file_index"):
+        list(read_recordings(copy, mapping()))
     with pytest.raises(RecordingError, match=r"source.episodes: the dataset has no episode 7"):
         list(read_recordings(root, mapping(episodes=[7])))
     with pytest.raises(RecordingError, match=r"source.video_codec"):

@@ -138,6 +138,10 @@ def test_bad_bags_and_mappings_fail_clearly(bag, tmp_path):
         list(read_recordings(path, mapping(state="joint_states")))
     with pytest.raises(RecordingError, match=r"source.clock"):
         list(read_recordings(path, mapping(clock="wall")))
+    cut = tmp_path / "cut.mcap"  # a recording stopped mid-write
+    cut.write_bytes(path.read_bytes()[: path.stat().st_size * 2 // 3])
+    with pytest.raises(RecordingError, match=r"^cut.mcap: not a readable MCAP file"):
+        list(read_recordings(cut, mapping()))
     junk = tmp_path / "junk.mcap"
     junk.write_bytes(b"\x89MCAP0\r\n" + b"\x00" * 64)
     with pytest.raises(RecordingError, match=r"junk.mcap: not a readable MCAP file"):
