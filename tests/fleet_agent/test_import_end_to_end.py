@@ -45,16 +45,16 @@ def _import(collection, recordings, capture):
         assert episode.frames == recording.episode.frames
 
 
-def test_a_lerobot_dataset_is_delivered_with_its_values_and_bit_exact_frames(
+def test_a_lerobot_av1_dataset_is_delivered_with_its_values_and_bit_exact_frames(
     fleet_operator, customer, django_capture_on_commit_callbacks, tmp_path
 ):
     source_root = tmp_path / "recorded"
-    written = write_lerobot(source_root, [45, 52])
+    written = write_lerobot(source_root, [45, 52], codec="av1")  # lerobot-record's default
     source = lerobot_loader.load(source_root)
     source_frames = {key: lerobot_loader.camera_frames(source_root, source, key) for key in CAMERAS}
-    collection = import_collection(fleet_operator, customer, spec(force=True))
+    collection = import_collection(fleet_operator, customer, spec(force=True, codec="av1"))
     mapping = parse_mapping(
-        {"job": str(collection.job.id), "format": "lerobot", "source": {"video_codec": "h264"}}
+        {"job": str(collection.job.id), "format": "lerobot", "source": {"video_codec": "av1"}}
     )
     recordings = list(read_recordings(source_root, mapping))
     assert all(r.video_modes == {SCENE: "remux", WRIST: "remux"} for r in recordings)

@@ -72,6 +72,20 @@ def test_every_episode_comes_back_with_its_values_task_and_bit_exact_camera_fram
         assert check_recording(recording, {"stream_spec": spec(force=True)}) == []
 
 
+def test_an_av1_dataset_as_lerobot_records_it_is_copied_for_an_av1_order(tmp_path):
+    root = tmp_path / "dataset"
+    write_lerobot(root, [31, 30], cameras=(SCENE,), codec="av1")
+    expected = lerobot_loader.camera_frames(root, lerobot_loader.load(root), SCENE)
+    recordings = list(read_recordings(root, mapping(video_codec="av1")))
+    for recording, frames in zip(recordings, expected, strict=True):
+        assert recording.video_modes == {SCENE: "remux"}
+        clip = decoded(recording.episode.videos[SCENE])
+        assert len(clip) == len(frames)
+        assert all(np.array_equal(a, b) for a, b in zip(clip, frames, strict=True))
+        job = {"stream_spec": spec(cameras=(SCENE,), codec="av1")}
+        assert check_recording(recording, job) == []
+
+
 def test_episodes_and_cameras_can_be_chosen_and_renamed(dataset):
     root, _ = dataset
     [recording] = read_recordings(
