@@ -176,11 +176,14 @@ def write_mcap(
     rates=None,
     drop=None,
     action_type: str = "JointState",
+    log_delays=None,
 ):
     """A bag: /joint_states (JointState, 100 Hz), /leader/command (JointState or
-    Float64MultiArray, 50 Hz), /cam/scene/image_raw (Image bgr8, 30 Hz), /cam/wrist/compressed
-    (CompressedImage jpeg, 20 Hz), each with header stamps (not the log time); `drop`: topic ->
-    time ranges (s) without messages. Returns {topic: [(time_ns, value)]}: what was written."""
+        Float64MultiArray, 50 Hz), /ft (Float64MultiArray, when rates["force"] is set),
+        /cam/scene/image_raw (Image bgr8, 30 Hz), /cam/wrist/compressed
+        (CompressedImage jpeg, 20 Hz), each with header stamps (not the log time); `drop`: topic ->
+        time ranges (s) without messages; `log_delays`: topic -> ns from stamp to log time (4 ms by
+    default). Returns {topic: [(time_ns, value)]}: what was written."""
     rates = {"state": 100, "action": 50, "scene": 30, "wrist": 20} | (rates or {})
     drop = drop or {}
     written = {}
@@ -212,6 +215,13 @@ def write_mcap(
                 body["velocity"] = [0.0] * len(BAG_JOINTS)
                 body["effort"] = [0.0] * len(BAG_JOINTS)
                 messages.append((time_ns, topic, "sensor_msgs/msg/JointState", body))
+        if rates.get("force"):  # a force/torque sensor, Float64MultiArray without a header
+            times = sample_times(seconds, rates["force"], offset_ns=2_000_000)
+            rng = np.random.default_rng(seed + 50)
+            written["/ft"] = [(t, rng.normal(0, 5, 6)) for t in times]
+            for time_ns, value in written["/ft"]:
+                body = {"layout": {"dim": [], "data_offset": 0}, "data": [float(v) for v in value]}
+                messages.append((time_ns, "/ft", "std_msgs/msg/Float64MultiArray", body))
         for topic, rate, camera in (
             ("/cam/scene/image_raw", rates["scene"], 0),
             ("/cam/wrist/compressed", rates["wrist"], 1),
@@ -237,8 +247,11 @@ def write_mcap(
                     messages.append((time_ns, topic, "sensor_msgs/msg/CompressedImage", body))
                 written[topic].append((time_ns, image))
         # logged a few ms after capture, in log time order (as a recorder writes them)
-        for time_ns, topic, schema, body in sorted(messages, key=lambda m: (m[0], m[1])):
-            writer.write_message(topic, schemas[schema], body, log_time=time_ns + 4_000_000)
+        for time_ns, topic, schema, body in sorted(
+            messages, key=lambda m: (m[0] + (log_delays or {}).get(m[1], 4_000_000), m[1])
+        ):
+            delay = (log_delays or {}).get(topic, 4_000_000)
+            writer.write_message(topic, schemas[schema], body, log_time=time_ns + delay)
         writer.finish()
     return written
 

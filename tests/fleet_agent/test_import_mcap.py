@@ -106,6 +106,66 @@ def test_commands_as_float64_multi_array_and_chosen_elements(tmp_path):
     )
 
 
+def test_a_sensor_vector_stream_and_the_log_clock(tmp_path):
+    path = tmp_path / "ft.mcap"
+    written = write_mcap(path, seconds=1.5, rates={"force": 200})
+    vector = {"key": "observation.force_torque", "topic": "/ft"}
+    [recording] = read_recordings(path, mapping(vectors=[vector]))
+    table = pq.read_table(io.BytesIO(recording.episode.data))
+    # the /ft messages have no header: their log time (4 ms after they were made) counts
+    start = START_NS + 6_000_000  # the first /ft log time (made at 2 ms) is the latest start
+    frame_times = start + (np.arange(recording.episode.frames) * 1_000_000_000) // 30
+    logged = [(t + 4_000_000, v) for t, v in written["/ft"]]
+    force = np.stack(expected_at(logged, frame_times)).astype(np.float32)
+    assert np.array_equal(column(table, "observation.force_torque"), force)
+    assert check_recording(recording, {"stream_spec": spec(force=True)}) == []
+    # clock = "log": every stream by its log time; the commands logged 25 ms late
+    late = tmp_path / "late.mcap"
+    written = write_mcap(late, seconds=1.5, log_delays={"/leader/command": 25_000_000})
+    [by_stamp] = read_recordings(late, mapping())
+    [by_log] = read_recordings(late, mapping(clock="log"))
+    shifted = [(t + 4_000_000, v) for t, v in written["/joint_states"]]
+    # the commands' first log time (stamped at 1 ms, logged at 26 ms) is the latest start
+    log_times = START_NS + 26_000_000 + (np.arange(by_log.episode.frames) * 10**9) // 30
+    state = column(pq.read_table(io.BytesIO(by_log.episode.data)), "observation.state")
+    assert np.array_equal(state, np.stack(expected_at(shifted, log_times)).astype(np.float32))
+    stamped = column(pq.read_table(io.BytesIO(by_stamp.episode.data)), "observation.state")
+    assert not np.array_equal(stamped[: len(state)], state)
+
+
+def test_raw_image_encodings_are_turned_into_rgb_and_bad_images_refused():
+    from types import SimpleNamespace
+
+    from fleet_agent.importers.ros2_mcap import COMPRESSED, IMAGE, _Camera
+
+    rgb = np.random.default_rng(0).integers(0, 255, (4, 6, 3), dtype=np.uint8)
+    camera = _Camera("/cam", SCENE)
+
+    def raw(encoding, pixels, pad=0):
+        rows = pixels.reshape(pixels.shape[0], -1)
+        padded = np.concatenate([rows, np.zeros((rows.shape[0], pad), np.uint8)], axis=1)
+        return SimpleNamespace(
+            encoding=encoding, height=4, width=6, step=padded.shape[1], data=padded.tobytes()
+        )
+
+    assert np.array_equal(camera.image(IMAGE, raw("rgb8", rgb)), rgb)
+    assert np.array_equal(camera.image(IMAGE, raw("bgr8", rgb[:, :, ::-1], pad=2)), rgb)
+    alpha = np.concatenate([rgb[:, :, ::-1], np.full((4, 6, 1), 255, np.uint8)], axis=2)
+    assert np.array_equal(camera.image(IMAGE, raw("bgra8", alpha)), rgb)
+    grey = camera.image(IMAGE, raw("mono8", rgb[:, :, 0]))
+    assert grey.shape == (4, 6, 3) and np.array_equal(grey[:, :, 2], rgb[:, :, 0])
+    with pytest.raises(RecordingError, match="image encoding '16UC1' is not one of"):
+        camera.image(IMAGE, raw("16UC1", rgb))
+    short = raw("rgb8", rgb)
+    short.data = short.data[:-5]
+    with pytest.raises(RecordingError, match="shorter than its size says"):
+        camera.image(IMAGE, short)
+    with pytest.raises(RecordingError, match="compressed format 'tiff'"):
+        camera.image(COMPRESSED, SimpleNamespace(format="tiff", data=b"II*"))
+    with pytest.raises(RecordingError, match="does not decode"):
+        camera.image(COMPRESSED, SimpleNamespace(format="png", data=b"\x89PNG broken"))
+
+
 @pytest.mark.parametrize(
     ("topic", "gap"),
     [("/joint_states", (0.5, 0.8)), ("/cam/wrist/compressed", (1.0, 1.3))],
