@@ -6,13 +6,14 @@ episode's frames are `start .. start + length - 1`, renumbered 0 .. length - 1 i
 frame i at exactly i / fps.
 
 `cut_clip` remuxes (copies the packets, so every frame is bit-exact) when the file's codec is
-the order's (`codec`) and the episode's packets can be taken on their own: in decode order
-they form one unbroken run that starts with a key frame showing the episode's first frame
-(nothing decoded after a key frame refers to a frame before it, and any frame shown before
-it would break the run, so such a run references nothing outside it). Otherwise (another codec, an
-episode starting between key frames, B-frames reaching across the cut) it decodes the
-episode's frames and encodes them again in `codec`. The copy is then decoded once to check
-it holds exactly the episode's frames at their times; if not, it is encoded instead.
+the order's (`codec`; without one, any codec QA accepts) and the episode's packets can be
+taken on their own: in decode order they form one unbroken run that starts with a key frame
+showing the episode's first frame (nothing decoded after a key frame refers to a frame
+before it, and any frame shown before it would break the run, so such a run references
+nothing outside it). Otherwise (another codec, an episode starting between key frames,
+B-frames reaching across the cut) it decodes the episode's frames and encodes them again in
+`codec`. The copy is then decoded once to check it holds exactly the episode's frames at
+their times; if not, it is encoded instead.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from fractions import Fraction
 
 import av
 
+from fleet_agent.cameras import ENCODERS
 from fleet_agent.importers.base import RecordingError
 from fleet_agent.importers.convert import encode_camera
 
 TICKS_PER_FRAME = 512
 CODEC_NAMES = {"libdav1d": "av1", "libaom-av1": "av1", "av1": "av1", "h264": "h264"}
 CODEC_NAMES |= {"libopenh264": "h264", "hevc": "hevc"}
+QA_CODECS = ("h264", "hevc", "av1")  # what the platform's video QA accepts
 
 
 def _frame_of(ticks: int, time_base, fps: int) -> int:
@@ -40,17 +43,21 @@ def _seek(container, stream, start: int, fps: int) -> None:
         container.seek(int(Fraction(start, fps) / stream.time_base), stream=stream, backward=True)
 
 
-def cut_clip(path, *, start: int, length: int, fps: int, codec: str, name: str):
-    """(MP4 bytes, "remux" | "encode") of frames start..start+length-1 of the file at `path`."""
+def cut_clip(path, *, start: int, length: int, fps: int, codec: str | None, name: str):
+    """(MP4 bytes, "remux" | "encode") of frames start..start+length-1 of the file at `path`.
+    `codec` None: keep the file's codec if QA accepts it (else encode in h264)."""
     try:
         with av.open(str(path)) as container:
             if not container.streams.video:
                 raise RecordingError(f"{name}: {path} has no video stream")
             stream = container.streams.video[0]
             source_codec = CODEC_NAMES.get(stream.codec_context.codec.name, "")
-            copied = (
-                _remux(container, stream, start, length, fps) if source_codec == codec else None
-            )
+            if codec is None:
+                keep = source_codec in QA_CODECS
+                codec = source_codec if source_codec in ENCODERS else "h264"
+            else:
+                keep = source_codec == codec
+            copied = _remux(container, stream, start, length, fps) if keep else None
     except av.FFmpegError as exc:
         raise RecordingError(f"{name}: {path} is not a readable video ({exc})") from exc
     if copied is not None and _holds_frames(copied, length, fps):

@@ -15,9 +15,10 @@ packets copied when the file is already in the order's codec and the cut is clea
 re-encoded; `Recording.video_modes` says which). The episode's task string is its
 instruction (the mapping's task_instruction when it has none).
 
-[source] options: video_codec (the order's, h264 by default), cameras (rename: dataset key
--> job key; default every video feature under its own key), vectors (feature names to
-carry), episodes (episode indices to import; default all).
+[source] options: video_codec (the order's; without it the dataset's codec is kept, so the
+clips are copied wherever the cut allows and re-encoded in it, or h264, elsewhere), cameras
+(rename: dataset key -> job key; default every video feature under its own key), vectors
+(feature names to carry), episodes (episode indices to import; default all).
 """
 
 from __future__ import annotations
@@ -197,7 +198,8 @@ def read_episode(dataset: Dataset, row: dict, mapping: ImportMapping) -> Recordi
     if table.num_rows != length:
         raise RecordingError(f"{name}: {table.num_rows} frames in data/, {length} in meta/episodes")
     videos, modes = {}, {}
-    codec = video_codec(mapping.source)
+    # without source.video_codec, each clip keeps the dataset's codec (copied when it can be)
+    codec = video_codec(mapping.source) if "video_codec" in mapping.source else None
     for key, job_key in dataset.cameras.items():
         videos[job_key], modes[job_key] = _clip(dataset, row, key, length, codec, f"{name} {key}")
     try:

@@ -77,6 +77,9 @@ def test_an_av1_dataset_as_lerobot_records_it_is_copied_for_an_av1_order(tmp_pat
     write_lerobot(root, [31, 30], cameras=(SCENE,), codec="av1")
     expected = lerobot_loader.camera_frames(root, lerobot_loader.load(root), SCENE)
     recordings = list(read_recordings(root, mapping(video_codec="av1")))
+    kept = list(read_recordings(root, mapping()))  # no codec named: the dataset's is kept
+    assert [r.episode.videos for r in kept] == [r.episode.videos for r in recordings]
+    assert [r.video_modes for r in kept] == [{SCENE: "remux"}] * 2
     for recording, frames in zip(recordings, expected, strict=True):
         assert recording.video_modes == {SCENE: "remux"}
         clip = decoded(recording.episode.videos[SCENE])
