@@ -213,7 +213,9 @@ class _Camera:
         if kind is None:
             raise RecordingError(f"{self.topic}: compressed format {message.format!r}")
         codec = COMPRESSED_CODECS[kind]
-        context = self._codecs.setdefault(codec, av.CodecContext.create(codec, "r"))
+        if codec not in self._codecs:  # one decoder per camera and format, reused
+            self._codecs[codec] = av.CodecContext.create(codec, "r")
+        context = self._codecs[codec]
         try:
             frames = context.decode(av.Packet(bytes(message.data)))
         except av.FFmpegError as exc:
