@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import av
 import numpy as np
 
-from datasets.qa_checks import QAResult, Reason
+from datasets.qa_format import QAResult, Reason
 
 ALLOWED_CODECS = {"h264": "h264", "hevc": "hevc", "h265": "hevc", "av1": "av1"}
 AV1_DECODERS = {"libdav1d", "libaom-av1", "av1"}  # names PyAV may report for an AV1 stream

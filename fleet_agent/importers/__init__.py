@@ -4,6 +4,12 @@ them, resumably, to the job the mapping file names.
 
     fleet_agent/importers/base.py       Recording, RecordingError, the reader registry
     fleet_agent/importers/mapping.py    the mapping file (TOML): job, format, reader options
+    fleet_agent/importers/lerobot.py    "lerobot": a local LeRobot v3.0 dataset (clips.py cuts
+                                        each episode's video out of the concatenated files)
+    fleet_agent/importers/aloha_hdf5.py "aloha-hdf5": ALOHA / ACT episode files
+    fleet_agent/importers/ros2_mcap.py  "mcap": ROS 2 bags in MCAP (alignment.py: the rule)
+    fleet_agent/importers/convert.py    arrays and frames -> Episode (parquet, MP4s)
+    fleet_agent/importers/local_checks.py  the platform's QA rules, run before upload
 """
 
 from fleet_agent.importers.base import READERS, Recording, RecordingError, read_recordings

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,13 +36,20 @@ class Recording:
     task_instruction: str | None = None
     operator: str | None = None
     success: bool | None = None
+    # camera key -> "remux" (the recording's packets copied, frames exact) or "encode"
+    # (decoded and encoded again in source.video_codec, or encoded from raw frames)
+    video_modes: dict[str, str] = field(default_factory=dict)
 
 
 Reader = Callable[[Path, "ImportMapping"], Iterator[Recording]]
 READERS: dict[str, Reader] = {}
 # format name -> module that registers it (imported on first use, so a reader's library,
 # e.g. h5py or mcap, is needed only when that format is read)
-READER_MODULES: dict[str, str] = {}
+READER_MODULES: dict[str, str] = {
+    "lerobot": "fleet_agent.importers.lerobot",
+    "aloha-hdf5": "fleet_agent.importers.aloha_hdf5",
+    "mcap": "fleet_agent.importers.ros2_mcap",
+}
 
 
 def reader(fmt: str) -> Callable[[Reader], Reader]:
