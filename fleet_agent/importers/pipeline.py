@@ -27,6 +27,7 @@ journal keeps what was done, and the next run resumes there.
 
 from __future__ import annotations
 
+import importlib
 import re
 import time
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from fleet_agent.importers.mapping import ImportMapping
 
 OPERATOR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 PARQUET = "parquet"
+LOCAL_CHECKS = "fleet_agent.importers.local_checks"  # optional (the readers' helper's)
 WORKING = ("assigned", "in_progress")
 STORAGE_REFUSED = (400, 403, 404)  # an expired URL, a key or multipart upload renewed away
 Progress = Callable[[str, dict], None]  # (event, info): "begin", "sent", "done"
@@ -66,7 +68,9 @@ class Outcome:
         text = f"{self.status:<8} {self.source_id}"
         if self.episode_id:
             text += f" -> episode {self.episode_id}"
-        if self.verdict:
+        if self.verdict == "uploaded":
+            text += " (uploaded, awaiting QA)"
+        elif self.verdict:
             text += f" ({self.verdict}{': ' + ', '.join(self.reasons) if self.reasons else ''})"
         if self.message:
             text += f": {self.message}"
@@ -170,8 +174,15 @@ def import_recordings(
     target = target or resolve_target(client, mapping)
     summary = ImportSummary()
     notify = progress or (lambda event, info: None)
+
+    def skip(source_id: str) -> bool:
+        done = journal.is_completed(source_id)
+        if done:
+            summary.outcomes.append(Outcome(source_id, "skipped"))
+        return done
+
     try:
-        for item in read_recordings(Path(source), mapping, skip=journal.is_completed):
+        for item in read_recordings(Path(source), mapping, skip=skip):
             if ready is not None and not ready(item):
                 sid = item.source_id if isinstance(item, Recording) else item.source_id or "?"
                 summary.outcomes.append(Outcome(sid, "waiting"))
@@ -251,9 +262,9 @@ def local_problems(recording: Recording, job: dict) -> list[str]:
     It may raise `RecordingError` or return the problems (strings, dicts or objects with
     `code` and `message`); [] when it is absent or finds nothing."""
     try:
-        from fleet_agent.importers import local_checks
+        local_checks = importlib.import_module(LOCAL_CHECKS)
     except ModuleNotFoundError as exc:
-        if exc.name != "fleet_agent.importers.local_checks":
+        if exc.name != LOCAL_CHECKS:  # the module is there but needs something missing
             raise
         return []
     problems = local_checks.check_recording(recording, job) or []

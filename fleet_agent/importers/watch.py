@@ -124,7 +124,9 @@ def watch_folder(
             summary = import_recordings(
                 client, mapping, directory, journal, progress, target=target, ready=state.ready
             )
-            total.outcomes += [o for o in summary.outcomes if o.status != "waiting"]
+            total.outcomes += [
+                o for o in summary.outcomes if o.status not in ("waiting", "skipped")
+            ]
             total.errors += summary.errors
             if on_pass is not None:
                 on_pass(summary)
