@@ -104,7 +104,8 @@ class Journal:
         except BlockingIOError:
             self._lock.close()
             raise JournalBusy(f"{self.path} is in use by another import or watch") from None
-        self._db = sqlite3.connect(self.path, isolation_level=None)
+        # Used by one thread at a time (the importer's), not necessarily the opener's.
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(SCHEMA)
