@@ -113,9 +113,9 @@ class Journal:
             row = self._db.execute("SELECT value FROM meta WHERE key='job'").fetchone()
             if row is None:
                 self._db.execute("INSERT INTO meta VALUES ('job', ?)", (job_id,))
-            elif row[0] != job_id:
-                self.close()
-                raise JournalMismatch(f"{self.path} is the journal of job {row[0]}, not {job_id}")
+        if row is not None and row[0] != job_id:
+            self.close()
+            raise JournalMismatch(f"{self.path} is the journal of job {row[0]}, not {job_id}")
 
     @classmethod
     def open(cls, path: Path | str, job_id: str) -> Journal:
