@@ -100,15 +100,32 @@ def plain_copy(folder: Path) -> int:
     return sent
 
 
-def run_import(base_url, key, job_id, folder, journal_dir) -> int:
+def timing_client(base_url, key, spent: dict):
+    """The importer's client, adding up the wall time of each kind of request."""
     from fleet_agent.client import ApiClient
+
+    class Timed(ApiClient):
+        def send(self, method, url, **kwargs):
+            last = url.split("?", 1)[0].rsplit("/", 1)[-1]
+            kind = {"PUT": "PUT storage", "POST": f"POST {last}"}.get(method, f"GET {last}")
+            started = time.perf_counter()
+            try:
+                return super().send(method, url, **kwargs)
+            finally:
+                spent[kind] = spent.get(kind, 0.0) + time.perf_counter() - started
+
+    return Timed(base_url, key)
+
+
+def run_import(base_url, key, job_id, folder, journal_dir, spent: dict) -> int:
     from fleet_agent.importers import parse_mapping
     from fleet_agent.importers.journal import Journal
     from fleet_agent.importers.pipeline import import_recordings
 
     mapping = parse_mapping({"job": job_id, "format": "episode-folder", "operator": "op-1"})
+    client = timing_client(base_url, key, spent)
     with Journal.open(Path(journal_dir) / f"{job_id}.sqlite3", job_id) as journal:
-        summary = import_recordings(ApiClient(base_url, key), mapping, folder, journal)
+        summary = import_recordings(client, mapping, folder, journal)
     assert summary.count("imported") == len(summary.outcomes), summary.as_dict()
     return summary.bytes_sent
 
@@ -180,7 +197,8 @@ def measure(args, env, tmp: Path) -> int:
             times["plain"].append(time.perf_counter() - started)
             job_id = fresh_job(fleet, site)
             started = time.perf_counter()
-            assert run_import(base_url, key, job_id, folder, tmp) == total
+            spent = {}
+            assert run_import(base_url, key, job_id, folder, tmp, spent) == total
             times["import"].append(time.perf_counter() - started)
             job_id = fresh_job(fleet, site)
             started = time.perf_counter()
@@ -191,7 +209,9 @@ def measure(args, env, tmp: Path) -> int:
                 continue
             print(
                 f"  round {round_index + 1}: "
-                + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()),
+                + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items())
+                + "; import's requests: "
+                + ", ".join(f"{k} {v:.2f} s" for k, v in sorted(spent.items())),
                 flush=True,
             )
     medians = {k: statistics.median(v) for k, v in times.items()}

@@ -7,7 +7,8 @@
 The platform's address and API key come from the agent's TOML (`--config`); the job, the
 format and its options from the mapping. Exit status: 0 done, 1 the platform refused the
 batch or stayed unreachable (the journal keeps what was done: run again to resume), 2 a bad
-configuration, mapping or command line, 3 done but some recordings failed (listed).
+configuration, mapping or command line, 3 done but some recordings failed (listed), 130
+interrupted (Ctrl-C) during an import.
 """
 
 from __future__ import annotations
@@ -83,6 +84,9 @@ def main(argv: list[str]) -> int:
     except ImportStopped as exc:
         print(f"fleet-agent: stopped: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # the journal has every step done: the next run resumes
+        print("fleet-agent: interrupted; run it again to resume", file=sys.stderr)
+        return 130
     finally:
         client.close()
     progress.print(f"{args.command}: {summary.line()}")
