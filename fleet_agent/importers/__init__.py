@@ -4,6 +4,11 @@ them, resumably, to the job the mapping file names.
 
     fleet_agent/importers/base.py       Recording, RecordingError, the reader registry
     fleet_agent/importers/mapping.py    the mapping file (TOML): job, format, reader options
+    fleet_agent/importers/episode_folder.py  format episode-folder (the platform's own files)
+    fleet_agent/importers/journal.py    the per-job journal (SQLite): what was done, to resume
+    fleet_agent/importers/pipeline.py   import_recordings: register, upload, complete, once
+    fleet_agent/importers/watch.py      watch_folder: import recordings as they finish
+    fleet_agent/importers/command.py    `fleet-agent import` and `fleet-agent watch`
 """
 
 from fleet_agent.importers.base import READERS, Recording, RecordingError, read_recordings
