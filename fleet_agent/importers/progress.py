@@ -31,8 +31,9 @@ class TerminalProgress:
             self._done += info["bytes"]
             self._draw(force=self._done >= self._total)
         elif event == "done":
-            self._clear()
             self.print(info["outcome"].line())
+        elif event == "error":
+            self.print(f"error    {info['message']}")
 
     def print(self, line: str) -> None:
         self._clear()

@@ -12,25 +12,37 @@ pause between two writes of one file.
 A pass (the reader over the folder, skipping what the journal has completed) runs when the
 listing or the set of settled files changed since the last pass, so an idle folder costs a
 listing per poll. `once=True` waits until the folder is settled, runs one pass and returns.
+A platform outage during a pass (past the client's retries) is reported and the pass tried
+again after a pause; a refusal of the job or key ends the watch (`ImportStopped`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from fleet_agent.client import TransientError
 from fleet_agent.importers.base import Recording, RecordingError
 from fleet_agent.importers.journal import Journal
 from fleet_agent.importers.mapping import ImportMapping
 from fleet_agent.importers.pipeline import (
+    ImportStopped,
     ImportSummary,
     Progress,
     import_recordings,
     resolve_target,
 )
+
+OUTAGE_PAUSE_SECONDS = 10.0
+log = logging.getLogger("fleet_agent")
+
+
+def _log(event: str, info: dict) -> None:
+    log.warning("watch: %s", info["message"])
 
 
 class FolderState:
@@ -121,9 +133,19 @@ def watch_folder(
         fingerprint = state.fingerprint()
         if fingerprint != last and (not once or state.all_settled()):
             last = fingerprint
-            summary = import_recordings(
-                client, mapping, directory, journal, progress, target=target, ready=state.ready
-            )
+            try:
+                summary = import_recordings(
+                    client, mapping, directory, journal, progress, target=target, ready=state.ready
+                )
+            except ImportStopped as exc:
+                if once or not isinstance(exc.__cause__, TransientError):
+                    raise
+                # The platform is down (past the client's retries): the journal keeps what
+                # was done; try the whole pass again after a pause.
+                (progress or _log)("error", {"message": f"{exc}; trying again"})
+                last = None
+                stop.wait(max(poll_seconds, OUTAGE_PAUSE_SECONDS))
+                continue
             total.outcomes += [
                 o for o in summary.outcomes if o.status not in ("waiting", "skipped")
             ]

@@ -216,3 +216,54 @@ def test_a_parquet_sidecar_must_be_an_object_of_known_keys(tmp_path):
     _write(tmp_path, "e", sidecar=json.dumps({"operator": "op-1", "weather": "sunny"}))
     (item,) = read_recordings(tmp_path, FOLDER)
     assert "unknown key 'weather'" in str(item) and item.source_id == "e"
+
+
+class _DownPlatform:
+    """Answers the job and robot listings, then is unreachable for every registration."""
+
+    def __init__(self, stop, after: int):
+        self.stop, self.after, self.registrations = stop, after, 0
+
+    def jobs(self):
+        return [{"id": "j1", "status": "assigned", "site": "s1", "embodiment": "franka-fr3"}]
+
+    def robots(self):
+        return [{"id": "r1", "name": "fr3", "site": "s1", "embodiment": "franka-fr3"}]
+
+    def register_episode_replayed(self, job_id, body, key):
+        from fleet_agent.client import TransientError
+
+        self.registrations += 1
+        if self.registrations >= self.after:
+            self.stop.set()
+        raise TransientError("POST .../episodes failed after 6 tries: ConnectionRefusedError")
+
+
+def test_the_watcher_rides_out_a_platform_outage(monkeypatch, tmp_path):
+    import threading
+
+    from fleet_agent.importers import watch
+
+    monkeypatch.setattr(watch, "OUTAGE_PAUSE_SECONDS", 0.01)
+    folder = tmp_path / "watched"
+    folder.mkdir()
+    _write(folder, "ep", cameras=())
+    os.utime(folder / "ep.parquet", (0, 0))  # long finished
+    stop, events = threading.Event(), []
+    platform = _DownPlatform(stop, after=2)
+    with Journal.open(tmp_path / "j.sqlite3", "j1") as journal:
+        total = watch.watch_folder(
+            platform,
+            FOLDER,
+            folder,
+            journal,
+            settle_seconds=0,
+            poll_seconds=0.01,
+            stop=stop,
+            progress=lambda event, info: events.append((event, info)),
+        )
+        assert journal.get("ep") is None  # nothing registered: nothing noted
+    assert platform.registrations == 2  # the pass was tried again after the outage
+    errors = [info["message"] for event, info in events if event == "error"]
+    assert len(errors) == 2 and "platform cannot be reached" in errors[0]
+    assert total.outcomes == []
