@@ -3,6 +3,7 @@ folder of camera episodes imported, accepted, counted once; a re-run sends nothi
 journal gets the same episodes back by Idempotency-Key; bad recordings are reported and
 skipped while the rest go up."""
 
+import time
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,40 @@ def test_the_import_command_prints_a_line_per_recording(
     assert out[2].endswith("QA: 1 accepted")  # the verdicts read back at the end
     assert "[####" not in "\n".join(out)  # no progress bar: the output is not a terminal
     assert Path(tmp_path / "j.sqlite3").exists()
+
+
+def test_expired_upload_urls_are_renewed_once_and_every_file_sent(
+    platform, operator, customer, tmp_path, settings
+):
+    settings.S3_UPLOAD_URL_EXPIRY_SECONDS = 2
+    held = held_job(platform, operator, customer, tmp_path)
+    folder = tmp_path / "recordings"
+    written = write_recording(folder, "late", seed=91)
+    calls = []
+
+    class Counting(ApiClient):
+        def send(self, method, url, **kwargs):
+            calls.append((method, url.split("?", 1)[0]))
+            return super().send(method, url, **kwargs)
+
+    def stall_once(event, info):  # the machine stalls before the first PUT: the URLs expire
+        if event == "begin" and not any(m == "PUT" for m, _ in calls):
+            time.sleep(3.5)
+
+    client = Counting(held.agent.config.base_url, held.agent.config.api_key)
+    mapping = load_mapping(held.mapping_path)
+    with Journal.open(tmp_path / "journal.sqlite3", mapping.job) as journal:
+        summary = import_recordings(client, mapping, folder, journal, stall_once)
+        kept = journal.get("late").upload
+
+    assert summary.count("imported") == 1 and summary.verdicts() == {"accepted": 1}
+    renewals = [url for method, url in calls if method == "POST" and url.endswith("/upload")]
+    assert len(renewals) == 1
+    puts = [url for method, url in calls if method == "PUT"]
+    assert len(puts) == 1 + 3  # the refused one, then the parquet and both videos renewed
+    episode = Episode.objects.get(sha256=written["sha256"])
+    assert kept["url"].split("?")[0].endswith(episode.upload_key)  # the journal has the new URLs
+    assert puts[0] != puts[1]  # a fresh key, not the expired URL again
+    assert summary.bytes_sent == episode.size_bytes + sum(
+        len(v) for v in written["videos"].values()
+    )
