@@ -197,3 +197,25 @@ def test_expired_upload_urls_are_renewed_once_and_every_file_sent(
     assert summary.bytes_sent == episode.size_bytes + sum(
         len(v) for v in written["videos"].values()
     )
+
+
+def test_urls_renewed_by_a_run_that_died_are_renewed_again(platform, operator, customer, tmp_path):
+    held = held_job(platform, operator, customer, tmp_path)
+    folder = tmp_path / "recordings"
+    written = write_recording(folder, "ep", seed=95)
+    client = ApiClient(held.agent.config.base_url, held.agent.config.api_key)
+
+    def renew_behind_its_back(event, info):  # as a run that renewed, then died unrecorded
+        if event == "begin":
+            client.renew_upload(str(Episode.objects.get(sha256=written["sha256"]).id))
+
+    mapping = load_mapping(held.mapping_path)
+    with Journal.open(tmp_path / "journal.sqlite3", mapping.job) as journal:
+        summary = import_recordings(client, mapping, folder, journal, renew_behind_its_back)
+
+    # the journal's URLs pointed at the old keys: `complete` said the files were missing,
+    # the importer renewed and sent them all to the new keys
+    assert summary.count("imported") == 1 and summary.verdicts() == {"accepted": 1}, (
+        summary.as_dict()
+    )
+    assert Episode.objects.filter(order=held.order).count() == 1

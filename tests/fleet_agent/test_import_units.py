@@ -267,3 +267,22 @@ def test_the_watcher_rides_out_a_platform_outage(monkeypatch, tmp_path):
     errors = [info["message"] for event, info in events if event == "error"]
     assert len(errors) == 2 and "platform cannot be reached" in errors[0]
     assert total.outcomes == []
+
+
+def test_a_recording_changed_since_its_registration_is_refused_before_any_upload(tmp_path):
+    recording = Recording("ep1", make_episode(action_dim=2, seconds=1, seed=1))
+    job = {"id": "j1", "site": "s1", "stream_spec": {}}
+    with Journal.open(tmp_path / "j.sqlite3", "j1") as journal:
+        journal.registered(
+            "ep1",
+            sha256="0" * 64,
+            key="k",
+            episode_id="e1",
+            declared={"sha256": "0" * 64, "videos": []},  # what was declared then
+            upload={"method": "single"},
+        )
+        target = Target(job=job, robot_id="r1")
+        outcome = _import_one(_NoUploads(), FOLDER, target, journal, recording, lambda e, i: None)
+        assert outcome.status == "failed"
+        assert "changed since it was registered as episode e1" in outcome.message
+        assert journal.get("ep1").episode_id == "e1"  # still that episode's, for a fix
