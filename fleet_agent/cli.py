@@ -2,8 +2,14 @@
 
 Other flags: --wait-for-work (with --once), --seed, --retries, --register-only, --log-level.
 
+Importing a fleet's own recordings (fleet_agent/importers/):
+
+    fleet-agent import --config fleet.toml --mapping MAP.toml SOURCE
+    fleet-agent watch  --config fleet.toml --mapping MAP.toml DIR [--once]
+
 Exit status: 0 done (or stopped by SIGINT/SIGTERM), 1 the platform refused or could not be
-reached, 2 a bad configuration or command line.
+reached, 2 a bad configuration or command line; import and watch: 3 done, but some
+recordings failed (each is listed with its reason; the next run retries them).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fleet-agent",
         description="Reference fleet agent: register, take offers, collect and upload episodes.",
+        epilog="Import recordings: fleet-agent import --help, fleet-agent watch --help.",
     )
     parser.add_argument("--config", required=True, help="the fleet's TOML file")
     parser.add_argument(
@@ -64,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("import", "watch"):
+        from fleet_agent.importers.command import main as import_main
+
+        return import_main(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

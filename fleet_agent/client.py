@@ -13,6 +13,7 @@ offer, complete an episode, heartbeats) are harmless to repeat: a second accept 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from marketplace_client.http import ApiClient as BaseClient
@@ -94,6 +95,26 @@ class ApiClient(BaseClient):
         return self.post(
             f"fleet/jobs/{job_id}/episodes", body, headers={"Idempotency-Key": idempotency_key}
         )
+
+    def register_episode_replayed(
+        self, job_id: str, body: dict, idempotency_key: str
+    ) -> tuple[dict, bool]:
+        """`register_episode`, and whether the platform answered from an earlier request
+        with this key (`Idempotent-Replayed`): the episode may be further along by now."""
+        response = self.send(
+            "POST",
+            self.url(f"fleet/jobs/{job_id}/episodes"),
+            data=json.dumps(body).encode(),
+            headers={
+                "Accept": "application/json",
+                "Content-Type": "application/json",
+                "Idempotency-Key": idempotency_key,
+            },
+        )
+        return response.json(), response.headers.get("idempotent-replayed") == "true"
+
+    def episode(self, episode_id: str) -> dict:
+        return self.get(f"fleet/episodes/{episode_id}")
 
     def renew_upload(self, episode_id: str) -> dict:
         return self.post(f"fleet/episodes/{episode_id}/upload")

@@ -10,6 +10,11 @@ them, resumably, to the job the mapping file names.
     fleet_agent/importers/ros2_mcap.py  "mcap": ROS 2 bags in MCAP (alignment.py: the rule)
     fleet_agent/importers/convert.py    arrays and frames -> Episode (parquet, MP4s)
     fleet_agent/importers/local_checks.py  the platform's QA rules, run before upload
+    fleet_agent/importers/episode_folder.py  format episode-folder (the platform's own files)
+    fleet_agent/importers/journal.py    the per-job journal (SQLite): what was done, to resume
+    fleet_agent/importers/pipeline.py   import_recordings: register, upload, complete, once
+    fleet_agent/importers/watch.py      watch_folder: import recordings as they finish
+    fleet_agent/importers/command.py    `fleet-agent import` and `fleet-agent watch`
 """
 
 from fleet_agent.importers.base import READERS, Recording, RecordingError, read_recordings

@@ -17,13 +17,14 @@ video_codec, pattern (glob of episode files, default "*.hdf5").
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import h5py
 import numpy as np
 
-from fleet_agent.importers.base import Recording, RecordingError, reader
+from fleet_agent.importers.base import Recording, RecordingError, reader, recording_or_error
 from fleet_agent.importers.convert import (
     camera_map,
     encode_camera,
@@ -107,13 +108,19 @@ def _read(path: Path, mapping: ImportMapping, source_id: str) -> Recording:
     )
 
 
-@reader("aloha-hdf5")
-def read_aloha(source: Path, mapping: ImportMapping) -> Iterator[Recording]:
+@reader("aloha-hdf5", skips=True)
+def read_aloha(
+    source: Path, mapping: ImportMapping, skip: Callable[[str], bool] | None = None
+) -> Iterator[Recording | RecordingError]:
     """Every episode file under `source` (a file or a folder), in name order."""
     fps_option(mapping.source)  # refuse a mapping without fps before reading any file
     if source.is_file():
-        yield read_file(source, mapping, source.name)
-        return
-    pattern = mapping.source.get("pattern", "*.hdf5")
-    for path in sorted(source.rglob(pattern)):
-        yield read_file(path, mapping, str(path.relative_to(source)))
+        paths = [(source, source.name)]
+    else:
+        pattern = mapping.source.get("pattern", "*.hdf5")
+        paths = [(path, str(path.relative_to(source))) for path in sorted(source.rglob(pattern))]
+    for path, source_id in paths:
+        if skip is None or not skip(source_id):
+            yield recording_or_error(
+                partial(read_file, path, mapping, source_id), source_id, (path,)
+            )

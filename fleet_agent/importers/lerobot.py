@@ -24,8 +24,9 @@ clips are copied wherever the cut allows and re-encoded in it, or h264, elsewher
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from fleet_agent.importers.base import Recording, RecordingError, reader
+from fleet_agent.importers.base import Recording, RecordingError, reader, recording_or_error
 from fleet_agent.importers.clips import cut_clip
 from fleet_agent.importers.convert import (
     CAMERA_PREFIX,
@@ -226,9 +227,13 @@ def read_episode(dataset: Dataset, row: dict, mapping: ImportMapping) -> Recordi
     )
 
 
-@reader("lerobot")
-def read_lerobot(source: Path, mapping: ImportMapping) -> Iterator[Recording]:
+@reader("lerobot", skips=True)
+def read_lerobot(
+    source: Path, mapping: ImportMapping, skip: Callable[[str], bool] | None = None
+) -> Iterator[Recording | RecordingError]:
     """Every episode of the dataset at `source` (or those source.episodes lists), in order."""
+    if "video_codec" in mapping.source:
+        video_codec(mapping.source)  # a bad option refuses the source, before any episode
     dataset = open_dataset(source, mapping.source)
     wanted = mapping.source.get("episodes")
     if wanted is not None and not (
@@ -240,5 +245,7 @@ def read_lerobot(source: Path, mapping: ImportMapping) -> Iterator[Recording]:
     if missing:
         raise RecordingError(f"source.episodes: the dataset has no episode {missing[0]}")
     for row in dataset.episodes:
-        if wanted is None or int(row["episode_index"]) in wanted:
-            yield read_episode(dataset, row, mapping)
+        index = int(row["episode_index"])
+        source_id = f"episode_{index:06d}"
+        if (wanted is None or index in wanted) and (skip is None or not skip(source_id)):
+            yield recording_or_error(partial(read_episode, dataset, row, mapping), source_id)

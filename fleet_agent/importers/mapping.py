@@ -6,6 +6,8 @@ format's own options (topics, joint names, cameras, the alignment's maximum age)
     operator = "op-1"                   # optional defaults for every recording
     task_instruction = "pick the peg"
     success = true
+    robot = "fr3-01"                    # optional: the robot's name (or id) at the job's site;
+                                        # default: the first by name of the job's embodiment
 
     [source]                            # the reader's options, documented per reader
     ...
@@ -32,13 +34,14 @@ class ImportMapping:
     task_instruction: str | None = None
     success: bool | None = None
     source: dict = field(default_factory=dict)  # the reader's own options
+    robot: str | None = None  # the recording robot's name or id (the import pipeline's)
 
 
 def parse_mapping(data: dict) -> ImportMapping:
     for key in ("job", "format"):
         if not isinstance(data.get(key), str) or not data[key].strip():
             raise MappingError(f"{key}: required, a non-empty string")
-    for key in ("operator", "task_instruction"):
+    for key in ("operator", "task_instruction", "robot"):
         if key in data and not isinstance(data[key], str):
             raise MappingError(f"{key}: must be a string")
     if "success" in data and not isinstance(data["success"], bool):
@@ -46,7 +49,15 @@ def parse_mapping(data: dict) -> ImportMapping:
     source = data.get("source", {})
     if not isinstance(source, dict):
         raise MappingError("source: must be a table")
-    unknown = set(data) - {"job", "format", "operator", "task_instruction", "success", "source"}
+    unknown = set(data) - {
+        "job",
+        "format",
+        "operator",
+        "task_instruction",
+        "success",
+        "source",
+        "robot",
+    }
     if unknown:
         raise MappingError(f"{sorted(unknown)[0]}: unknown key")
     return ImportMapping(
@@ -56,6 +67,7 @@ def parse_mapping(data: dict) -> ImportMapping:
         task_instruction=data.get("task_instruction"),
         success=data.get("success"),
         source=source,
+        robot=data.get("robot"),
     )
 
 

@@ -30,8 +30,9 @@ max_age_frames periods fails the recording before anything is uploaded.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import av
@@ -41,7 +42,7 @@ from mcap.reader import make_reader
 from mcap_ros2.decoder import DecoderFactory
 
 from fleet_agent.importers.alignment import NS, align, frame_clock
-from fleet_agent.importers.base import Recording, RecordingError, reader
+from fleet_agent.importers.base import Recording, RecordingError, reader, recording_or_error
 from fleet_agent.importers.convert import (
     camera_map,
     encode_camera,
@@ -314,12 +315,18 @@ def _read(path: Path, mapping: ImportMapping, source_id: str) -> Recording:
     )
 
 
-@reader("mcap")
-def read_mcap(source: Path, mapping: ImportMapping) -> Iterator[Recording]:
+@reader("mcap", skips=True)
+def read_mcap(
+    source: Path, mapping: ImportMapping, skip: Callable[[str], bool] | None = None
+) -> Iterator[Recording | RecordingError]:
     """Every .mcap file under `source` (a file or a folder), in path order: one episode each."""
     fps_option(mapping.source)
     if source.is_file():
-        yield read_file(source, mapping, source.name)
-        return
-    for path in sorted(source.rglob("*.mcap")):
-        yield read_file(path, mapping, str(path.relative_to(source)))
+        paths = [(source, source.name)]
+    else:
+        paths = [(path, str(path.relative_to(source))) for path in sorted(source.rglob("*.mcap"))]
+    for path, source_id in paths:
+        if skip is None or not skip(source_id):
+            yield recording_or_error(
+                partial(read_file, path, mapping, source_id), source_id, (path,)
+            )

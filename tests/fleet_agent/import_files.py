@@ -262,3 +262,15 @@ MCAP_SOURCE = {
     "action": {"topic": "/leader/command", "names": JOINTS},
     "cameras": {"/cam/scene/image_raw": SCENE, "/cam/wrist/compressed": WRIST},
 }
+
+
+def read_all(source, mapping) -> list:
+    """Every recording a reader yields; the first one it could not convert is raised (the
+    readers yield a RecordingError in a bad recording's place and go on)."""
+    from fleet_agent.importers import RecordingError, read_recordings
+
+    items = list(read_recordings(source, mapping))
+    for item in items:
+        if isinstance(item, RecordingError):
+            raise item
+    return items

@@ -12,7 +12,7 @@ import pytest
 
 from fleet_agent.importers import RecordingError, parse_mapping, read_recordings
 from fleet_agent.importers.local_checks import check_recording
-from tests.fleet_agent.import_files import SCENE, WRIST, spec, write_aloha
+from tests.fleet_agent.import_files import SCENE, WRIST, read_all, spec, write_aloha
 
 CAMERAS = {"cam_high": SCENE, "cam_wrist": WRIST}
 
@@ -67,29 +67,47 @@ def test_a_single_file_can_be_named_and_an_unmapped_camera_is_left_out(tmp_path)
     ]
 
 
+def test_a_broken_file_in_a_folder_stands_alone_and_the_others_are_read(tmp_path):
+    write_aloha(tmp_path / "a.hdf5", 30, seed=1)
+    (tmp_path / "b.hdf5").write_bytes(b"not hdf5 at all")
+    write_aloha(tmp_path / "c.hdf5", 31, seed=2)
+    items = list(read_recordings(tmp_path, mapping(cameras=CAMERAS)))
+    assert [type(item).__name__ for item in items] == ["Recording", "RecordingError", "Recording"]
+    assert items[1].source_id == "b.hdf5" and str(items[1]).startswith("b.hdf5: not a readable")
+    assert [item.files for item in (items[0], items[2])] == [
+        (tmp_path / "a.hdf5",),
+        (tmp_path / "c.hdf5",),
+    ]  # what watch mode waits on
+    # a reader that skips: the journal's completed recordings are not even converted
+    skipped = list(
+        read_recordings(tmp_path, mapping(cameras=CAMERAS), skip={"a.hdf5"}.__contains__)
+    )
+    assert [item.source_id for item in skipped] == ["b.hdf5", "c.hdf5"]
+
+
 def test_broken_files_fail_with_the_file_and_the_reason(tmp_path):
     path = tmp_path / "ep.hdf5"
     write_aloha(path, 30)
     with pytest.raises(RecordingError, match=r"source\.fps: required"):
-        list(read_recordings(path, parse_mapping({"job": "j", "format": "aloha-hdf5"})))
+        read_all(path, parse_mapping({"job": "j", "format": "aloha-hdf5"}))
     with pytest.raises(RecordingError, match=r"ep.hdf5: no dataset /observations/images/cam_left"):
-        list(read_recordings(path, mapping(cameras={"cam_left": SCENE})))
+        read_all(path, mapping(cameras={"cam_left": SCENE}))
     with h5py.File(path, "a") as handle:
         del handle["action"]
         handle.create_dataset("action", data=np.zeros((29, 8)))
     with pytest.raises(RecordingError, match=r"ep.hdf5: 30 qpos rows but 29 action rows"):
-        list(read_recordings(path, mapping()))
+        read_all(path, mapping())
     with h5py.File(path, "a") as handle:
         del handle["action"]
     with pytest.raises(RecordingError, match="no dataset /action"):
-        list(read_recordings(path, mapping()))
+        read_all(path, mapping())
     write_aloha(path, 30)
     (tmp_path / "cut.hdf5").write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     with pytest.raises(RecordingError, match=r"cut.hdf5: not a readable HDF5 file"):
-        list(read_recordings(tmp_path / "cut.hdf5", mapping()))
+        read_all(tmp_path / "cut.hdf5", mapping())
     (tmp_path / "bad.hdf5").write_bytes(b"not hdf5 at all")
     with pytest.raises(RecordingError, match=r"bad.hdf5: not a readable HDF5 file"):
-        list(read_recordings(tmp_path / "bad.hdf5", mapping()))
+        read_all(tmp_path / "bad.hdf5", mapping())
 
 
 def test_camera_frames_of_the_wrong_shape_or_count_are_refused(tmp_path):
@@ -103,13 +121,13 @@ def test_camera_frames_of_the_wrong_shape_or_count_are_refused(tmp_path):
     with pytest.raises(
         RecordingError, match=r"camera cam_high has frames of shape \(29, 8, 8, 3\)"
     ):
-        list(read_recordings(path, mapping(cameras={"cam_high": SCENE})))
+        read_all(path, mapping(cameras={"cam_high": SCENE}))
     with h5py.File(path, "a") as handle:
         del handle["observations/images/cam_high"]
         handle.create_dataset(
             "observations/images/cam_high", data=np.zeros((30, 8, 8, 3), np.float32)
         )
     with pytest.raises(RecordingError, match="must be \\(height, width, 3\\) uint8 RGB"):
-        list(read_recordings(path, mapping(cameras={"cam_high": SCENE})))
+        read_all(path, mapping(cameras={"cam_high": SCENE}))
     with pytest.raises(RecordingError, match="not a camera key"):
-        list(read_recordings(path, mapping(cameras={"cam_high": "scene"})))
+        read_all(path, mapping(cameras={"cam_high": "scene"}))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from datasets.models import Episode
-from fleet_agent.importers import parse_mapping, read_recordings
+from fleet_agent.importers import parse_mapping
 from fleet_agent.importers.local_checks import check_recording
 from tests.datasets import lerobot_loader
 from tests.fleet_agent.import_files import (
@@ -16,6 +16,7 @@ from tests.fleet_agent.import_files import (
     SCENE,
     START_NS,
     WRIST,
+    read_all,
     spec,
     write_aloha,
     write_lerobot,
@@ -56,7 +57,7 @@ def test_a_lerobot_av1_dataset_is_delivered_with_its_values_and_bit_exact_frames
     mapping = parse_mapping(
         {"job": str(collection.job.id), "format": "lerobot", "source": {"video_codec": "av1"}}
     )
-    recordings = list(read_recordings(source_root, mapping))
+    recordings = read_all(source_root, mapping)
     assert all(r.video_modes == {SCENE: "remux", WRIST: "remux"} for r in recordings)
     _import(collection, recordings, django_capture_on_commit_callbacks)
 
@@ -84,7 +85,7 @@ def test_aloha_hdf5_files_are_delivered_with_their_values_and_frames(
             "source": {"fps": 30, "cameras": {"cam_high": SCENE, "cam_wrist": WRIST}},
         }
     )
-    recordings = list(read_recordings(tmp_path, mapping))
+    recordings = read_all(tmp_path, mapping)
     _import(collection, recordings, django_capture_on_commit_callbacks)
 
     root, dataset = deliver(collection, django_capture_on_commit_callbacks, tmp_path / "delivered")
@@ -107,7 +108,7 @@ def test_a_ros2_mcap_bag_is_delivered_aligned_with_its_frames(
     mapping = parse_mapping(
         {"job": str(collection.job.id), "format": "mcap", "source": MCAP_SOURCE}
     )
-    recordings = list(read_recordings(tmp_path, mapping))
+    recordings = read_all(tmp_path, mapping)
     assert [r.source_id for r in recordings] == ["run_0.mcap", "run_1.mcap"]
     _import(collection, recordings, django_capture_on_commit_callbacks)
 

@@ -4,6 +4,7 @@ packets: bit-exact frames; re-encoded when the cut falls between key frames)."""
 
 import io
 import json
+import shutil
 
 import av
 import numpy as np
@@ -14,7 +15,7 @@ from fleet_agent.importers import RecordingError, parse_mapping, read_recordings
 from fleet_agent.importers.local_checks import check_recording
 from tests.datasets import lerobot_loader
 from tests.datasets.videos import decode, encode
-from tests.fleet_agent.import_files import SCENE, WRIST, spec, write_lerobot
+from tests.fleet_agent.import_files import SCENE, WRIST, read_all, spec, write_lerobot
 
 LENGTHS = [45, 46, 40]
 
@@ -41,7 +42,7 @@ def dataset(tmp_path_factory):
 
 def test_every_episode_comes_back_with_its_values_task_and_bit_exact_camera_frames(dataset):
     root, written = dataset
-    recordings = list(read_recordings(root, mapping(video_codec="h264")))
+    recordings = read_all(root, mapping(video_codec="h264"))
     assert [r.source_id for r in recordings] == [
         "episode_000000",
         "episode_000001",
@@ -76,8 +77,8 @@ def test_an_av1_dataset_as_lerobot_records_it_is_copied_for_an_av1_order(tmp_pat
     root = tmp_path / "dataset"
     write_lerobot(root, [31, 30], cameras=(SCENE,), codec="av1")
     expected = lerobot_loader.camera_frames(root, lerobot_loader.load(root), SCENE)
-    recordings = list(read_recordings(root, mapping(video_codec="av1")))
-    kept = list(read_recordings(root, mapping()))  # no codec named: the dataset's is kept
+    recordings = read_all(root, mapping(video_codec="av1"))
+    kept = read_all(root, mapping())  # no codec named: the dataset's is kept
     assert [r.episode.videos for r in kept] == [r.episode.videos for r in recordings]
     assert [r.video_modes for r in kept] == [{SCENE: "remux"}] * 2
     for recording, frames in zip(recordings, expected, strict=True):
@@ -150,7 +151,7 @@ def test_a_clip_with_b_frames_that_starts_on_a_key_frame_is_copied_exactly(tmp_p
         packets = [p for p in container.demux(stream) if p.pts is not None]
         assert any(p.dts < p.pts for p in packets)  # reordered
     expected = lerobot_loader.camera_frames(root, lerobot_loader.load(root), SCENE)
-    recordings = list(read_recordings(root, mapping()))
+    recordings = read_all(root, mapping())
     for recording, frames in zip(recordings, expected, strict=True):
         assert recording.video_modes == {SCENE: "remux"}
         clip = decoded(recording.episode.videos[SCENE])
@@ -163,28 +164,29 @@ def test_a_clip_with_b_frames_that_starts_on_a_key_frame_is_copied_exactly(tmp_p
 def test_a_dataset_that_is_not_v3_or_misses_files_fails_with_a_clear_message(dataset, tmp_path):
     root, _ = dataset
     with pytest.raises(RecordingError, match=r"no readable meta/info.json"):
-        list(read_recordings(tmp_path, mapping()))
+        read_all(tmp_path, mapping())
     copy = tmp_path / "copy"
-    import shutil
 
     shutil.copytree(root, copy)
     info = json.loads((copy / "meta/info.json").read_text())
     (copy / "meta/info.json").write_text(json.dumps({**info, "codebase_version": "v2.1"}))
     with pytest.raises(RecordingError, match=r"v3.0 dataset is needed.*'v2.1'"):
-        list(read_recordings(copy, mapping()))
+        read_all(copy, mapping())
     (copy / "meta/info.json").write_text(json.dumps(info))
     (copy / "videos" / WRIST / "chunk-000/file-000.mp4").unlink()
+    first = next(read_recordings(copy, mapping()))  # one episode's error, in its place
+    assert isinstance(first, RecordingError) and first.source_id == "episode_000000"
     with pytest.raises(
         RecordingError, match=f"episode_000000 {WRIST}: videos/.*file-000.mp4 is missing"
     ):
-        next(read_recordings(copy, mapping()))
+        raise first
     meta = copy / "meta/episodes/chunk-000/file-000.parquet"
     table = pq.read_table(meta)
     pq.write_table(table.drop_columns(["data/file_index"]), meta)
     with pytest.raises(RecordingError, match=r"meta/episodes lacks data/file_index"):
-        list(read_recordings(copy, mapping()))
+        read_all(copy, mapping())
     with pytest.raises(RecordingError, match=r"source.episodes: the dataset has no episode 7"):
-        list(read_recordings(root, mapping(episodes=[7])))
+        read_all(root, mapping(episodes=[7]))
     with pytest.raises(RecordingError, match=r"source.video_codec"):
         next(read_recordings(root, mapping(video_codec="vp9")))
 
@@ -198,4 +200,4 @@ def test_a_truncated_camera_file_fails_the_episodes_it_holds(dataset, tmp_path):
     video = copy / "videos" / SCENE / "chunk-000/file-000.mp4"
     video.write_bytes(video.read_bytes()[: video.stat().st_size // 3])
     with pytest.raises(RecordingError, match=SCENE):
-        list(read_recordings(copy, mapping()))
+        read_all(copy, mapping())

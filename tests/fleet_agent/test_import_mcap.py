@@ -17,6 +17,7 @@ from tests.fleet_agent.import_files import (
     MCAP_SOURCE,
     SCENE,
     START_NS,
+    read_all,
     spec,
     write_mcap,
 )
@@ -174,7 +175,7 @@ def test_a_gap_over_the_maximum_age_fails_with_the_topic_time_and_age(tmp_path, 
     path = tmp_path / "gap.mcap"
     write_mcap(path, seconds=2.0, drop={topic: [gap]})
     with pytest.raises(RecordingError) as error:
-        list(read_recordings(path, mapping()))
+        read_all(path, mapping())
     message = str(error.value)
     assert message.startswith(f"gap.mcap: {topic}: at ")
     assert "ms old, over the 66.7 ms allowed (source.max_age_frames)" in message
@@ -187,22 +188,22 @@ def test_a_gap_over_the_maximum_age_fails_with_the_topic_time_and_age(tmp_path, 
 def test_bad_bags_and_mappings_fail_clearly(bag, tmp_path):
     path, _ = bag
     with pytest.raises(RecordingError, match="joint\\(s\\) elbow not in the message"):
-        list(read_recordings(path, mapping(state={"topic": "/joint_states", "names": ["elbow"]})))
+        read_all(path, mapping(state={"topic": "/joint_states", "names": ["elbow"]}))
     with pytest.raises(RecordingError, match="CompressedImage is not a JointState"):
-        list(read_recordings(path, mapping(state={"topic": "/cam/wrist/compressed"}, cameras={})))
+        read_all(path, mapping(state={"topic": "/cam/wrist/compressed"}, cameras={}))
     with pytest.raises(RecordingError, match="topic /cam/wrist/compressed is mapped to two"):
-        list(read_recordings(path, mapping(state={"topic": "/cam/wrist/compressed"})))
+        read_all(path, mapping(state={"topic": "/cam/wrist/compressed"}))
     with pytest.raises(RecordingError, match="/nowhere: no message in the recording"):
-        list(read_recordings(path, mapping(cameras={"/nowhere": SCENE})))
+        read_all(path, mapping(cameras={"/nowhere": SCENE}))
     with pytest.raises(RecordingError, match=r"source.state: a table with a topic"):
-        list(read_recordings(path, mapping(state="joint_states")))
+        read_all(path, mapping(state="joint_states"))
     with pytest.raises(RecordingError, match=r"source.clock"):
-        list(read_recordings(path, mapping(clock="wall")))
+        read_all(path, mapping(clock="wall"))
     cut = tmp_path / "cut.mcap"  # a recording stopped mid-write
     cut.write_bytes(path.read_bytes()[: path.stat().st_size * 2 // 3])
     with pytest.raises(RecordingError, match=r"^cut.mcap: not a readable MCAP file"):
-        list(read_recordings(cut, mapping()))
+        read_all(cut, mapping())
     junk = tmp_path / "junk.mcap"
     junk.write_bytes(b"\x89MCAP0\r\n" + b"\x00" * 64)
     with pytest.raises(RecordingError, match=r"junk.mcap: not a readable MCAP file"):
-        list(read_recordings(junk, mapping()))
+        read_all(junk, mapping())

@@ -1,0 +1,150 @@
+"""Format `episode-folder`: a folder of recordings already in the platform's episode format.
+
+    recordings/
+      pick_001.parquet          the episode (README, "Episode file format")
+      pick_001.wrist.mp4        one MP4 per camera: camera key observation.images.wrist
+      pick_001.scene.mp4
+      pick_001.json             optional: {"operator", "task_instruction", "success", "fps"}
+
+A recording is a `<name>.parquet`; its cameras are the `<name>.<camera>.mp4` files next to
+it (`<camera>` without dots), its source id is `<name>`. The frame rate is the sidecar's
+`fps`, else `[source] fps` of the mapping, else 1 / the median step of `timestamp`. Options
+(`[source]`): `fps` (int), `recursive` (false: look in sub-folders too; the source id is then
+the path under the folder, e.g. `day2/pick_001`).
+
+A recording that cannot be read (not parquet, no `timestamp`, a sidecar that is not JSON)
+is yielded as a `RecordingError` in its place, so the rest of the folder is still imported.
+The bytes are sent as they are: what QA checks is exactly the file on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from fleet_agent.episodes import Episode
+from fleet_agent.importers.base import Recording, RecordingError, reader
+from fleet_agent.importers.mapping import ImportMapping
+
+CAMERA_PREFIX = "observation.images."
+SIDECAR_KEYS = {"operator", "task_instruction", "success", "fps"}
+
+
+@reader("episode-folder", skips=True)
+def read_episode_folder(
+    source: Path, mapping: ImportMapping, skip: Callable[[str], bool] | None = None
+) -> Iterator[Recording | RecordingError]:
+    if not source.is_dir():
+        raise RecordingError(f"{source}: not a folder (format episode-folder reads a folder)")
+    options = mapping.source
+    unknown = set(options) - {"fps", "recursive"}
+    if unknown:
+        raise RecordingError(f"[source] {sorted(unknown)[0]}: unknown option for episode-folder")
+    fps = options.get("fps")
+    if fps is not None and (not isinstance(fps, int) or isinstance(fps, bool) or fps < 1):
+        raise RecordingError("[source] fps: a whole number of frames per second >= 1")
+    pattern = "**/*.parquet" if options.get("recursive") else "*.parquet"
+    for path in sorted(source.glob(pattern)):
+        source_id = path.relative_to(source).with_suffix("").as_posix()
+        if skip is not None and skip(source_id):
+            continue
+        try:
+            yield read_one(path, source_id, default_fps=fps)
+        except RecordingError as exc:
+            yield RecordingError(f"{source_id}: {exc}", source_id=source_id)
+
+
+def files_of(parquet: Path) -> tuple[Path, dict[str, Path], Path | None]:
+    """(parquet, {camera key: mp4}, sidecar or None) of the recording `parquet` names."""
+    stem = parquet.name[: -len(".parquet")]
+    videos = {}
+    for candidate in parquet.parent.glob(f"{_glob_escape(stem)}.*.mp4"):
+        camera = candidate.name[len(stem) + 1 : -len(".mp4")]
+        if camera and "." not in camera:
+            videos[CAMERA_PREFIX + camera] = candidate
+    sidecar = parquet.with_name(f"{stem}.json")
+    return parquet, dict(sorted(videos.items())), sidecar if sidecar.exists() else None
+
+
+def read_one(path: Path, source_id: str, *, default_fps: int | None = None) -> Recording:
+    parquet, videos, sidecar = files_of(path)
+    meta = _sidecar(sidecar) if sidecar else {}
+    data = parquet.read_bytes()
+    try:
+        table = pq.read_table(io.BytesIO(data), columns=["timestamp"])
+        width = _state_width(pq.read_schema(io.BytesIO(data)))
+    except (pa.ArrowException, OSError) as exc:
+        raise RecordingError(f"{parquet.name} is not a readable parquet file ({exc})") from None
+    except KeyError:
+        raise RecordingError(f"{parquet.name} has no timestamp column") from None
+    frames = table.num_rows
+    if frames < 2:
+        raise RecordingError(f"{parquet.name} holds {frames} frame(s): an episode needs 2 or more")
+    fps = meta.get("fps") or default_fps or _fps_of(table.column("timestamp"), parquet.name)
+    episode = Episode(
+        data=data,
+        sha256=hashlib.sha256(data).hexdigest(),
+        fps=int(fps),
+        frames=frames,
+        action_dim=width,
+        videos={key: video.read_bytes() for key, video in videos.items()},
+    )
+    return Recording(
+        source_id=source_id,
+        episode=episode,
+        task_instruction=meta.get("task_instruction"),
+        operator=meta.get("operator"),
+        success=meta.get("success"),
+        files=(parquet, *videos.values(), *([sidecar] if sidecar else [])),
+    )
+
+
+def _sidecar(path: Path) -> dict:
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise RecordingError(f"{path.name} is not JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise RecordingError(f"{path.name}: a JSON object is expected")
+    unknown = set(meta) - SIDECAR_KEYS
+    if unknown:
+        raise RecordingError(f"{path.name}: unknown key {sorted(unknown)[0]!r}")
+    for key in ("operator", "task_instruction"):
+        if key in meta and not isinstance(meta[key], str):
+            raise RecordingError(f"{path.name}: {key} must be a string")
+    if "success" in meta and not isinstance(meta["success"], bool):
+        raise RecordingError(f"{path.name}: success must be true or false")
+    fps = meta.get("fps")
+    if fps is not None and (not isinstance(fps, int) or isinstance(fps, bool) or fps < 1):
+        raise RecordingError(f"{path.name}: fps must be a whole number >= 1")
+    return meta
+
+
+def _state_width(schema: pa.Schema) -> int:
+    if "observation.state" not in schema.names:
+        return 0  # QA names the missing column; the width is only informative here
+    kind = schema.field("observation.state").type
+    return kind.list_size if isinstance(kind, pa.FixedSizeListType) else 0
+
+
+def _fps_of(timestamps: pa.ChunkedArray, name: str) -> int:
+    values = timestamps.to_numpy().astype(np.float64)
+    steps = np.diff(values)
+    step = float(np.median(steps)) if steps.size else 0.0
+    if not np.isfinite(step) or step <= 0:
+        raise RecordingError(
+            f"{name}: the frame rate cannot be told from its timestamps; give fps in the "
+            "sidecar or in the mapping's [source]"
+        )
+    return max(1, round(1.0 / step))
+
+
+def _glob_escape(text: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
