@@ -219,3 +219,57 @@ def test_urls_renewed_by_a_run_that_died_are_renewed_again(platform, operator, c
         summary.as_dict()
     )
     assert Episode.objects.filter(order=held.order).count() == 1
+
+
+def _foreign_recordings(fmt: str, folder: Path) -> dict:
+    """Small real files of a foreign format and the mapping's [source] for them."""
+    from tests.fleet_agent import import_files
+
+    folder.mkdir(parents=True)
+    if fmt == "lerobot":
+        import_files.write_lerobot(folder, [40, 47])
+        return {}
+    if fmt == "aloha-hdf5":
+        for n in range(2):
+            import_files.write_aloha(folder / f"ep_{n}.hdf5", 40 + 7 * n, seed=n)
+        return {"fps": FPS, "cameras": {"cam_high": CAMERAS[0], "cam_wrist": CAMERAS[1]}}
+    for n in range(2):
+        import_files.write_mcap(folder / f"run_{n}.mcap", seconds=1.5 + n / 2, seed=n)
+    return dict(import_files.MCAP_SOURCE)
+
+
+@pytest.mark.parametrize("fmt", ["lerobot", "aloha-hdf5", "mcap"])
+def test_each_foreign_format_goes_through_the_pipeline_and_is_accepted(
+    platform, operator, customer, tmp_path, fmt
+):
+    import tomllib
+
+    held = held_job(platform, operator, customer, tmp_path)
+    for camera in held.order.stream_spec["cameras"]:  # the test files' small frames
+        camera.update(min_width=64, min_height=48)
+    held.order.save(update_fields=["stream_spec"])
+    folder = tmp_path / "recorded"
+    source = _foreign_recordings(fmt, folder)
+    lines = [f'job = "{held.job_id}"', f'format = "{fmt}"', 'operator = "op-3"', "[source]"]
+    for key, value in source.items():
+        if isinstance(value, dict):
+            continue
+        lines.append(f"{key} = {value!r}".replace("'", '"'))
+    for key, value in source.items():
+        if isinstance(value, dict):
+            lines.append(f"[source.{key}]")
+            for inner, item in value.items():
+                rendered = f'"{item}"' if isinstance(item, str) else str(item).replace("'", '"')
+                lines.append(f'"{inner}" = {rendered}')
+    held.mapping_path.write_text("\n".join(lines) + "\n")
+    assert tomllib.loads(held.mapping_path.read_text())["source"] == source  # as written
+
+    summary = _import(held, folder, tmp_path / "journal.sqlite3")
+
+    assert summary.count("imported") == 2, summary.as_dict()
+    assert summary.verdicts() == {"accepted": 2}, summary.as_dict()
+    episodes = Episode.objects.filter(order=held.order)
+    assert {e.status for e in episodes} == {"accepted"} and episodes.count() == 2
+    assert {v.camera_key for v in EpisodeVideo.objects.filter(episode__in=episodes)} == set(CAMERAS)
+    again = _import(held, folder, tmp_path / "journal.sqlite3")
+    assert again.count("skipped") == 2 and again.bytes_sent == 0, again.as_dict()
