@@ -15,6 +15,10 @@ class ErrorCode(models.TextChoices):
     EXPORT_REFUSED = "export_refused", "The bucket export cannot start (see the fields)."
     DELIVERY_NOT_READY = "delivery_not_ready", "The delivery is not ready yet."
     DELIVERY_REVOKED = "delivery_revoked", "The delivery was revoked: no new links are issued."
+    DELIVERY_SUPERSEDED = (
+        "delivery_superseded",
+        "A newer version of this delivery replaces it.",
+    )
     DUPLICATE_EPISODE = (
         "duplicate_episode",
         "The same file was already uploaded or accepted in this order.",

@@ -24,6 +24,7 @@ from datasets.packaging import (
     upload_tree,
     write_delivery_files,
 )
+from datasets.services.delivery_versions import DeliveryFilters
 from datasets.services.downloads import customer_delivery
 from fleets.services.planning import order_release_remaining
 from marketplace.audit import actor_label, system_label
@@ -39,31 +40,11 @@ from orders.services import order_mark_delivered, order_resume_collection
 SYSTEM = system_label("qa")
 
 
-def delivery_start(*, order_id, kind: str) -> Delivery:
-    """Open (once) the delivery of an order's pilot or full dataset; assembly runs after commit."""
-    with transaction.atomic():
-        order = Order.objects.select_for_update().get(pk=order_id)
-        existing = (
-            Delivery.objects.filter(order=order, kind=kind)
-            .exclude(status=Delivery.Status.FAILED)
-            .first()
-        )
-        if existing is not None:
-            return existing
-        delivery = Delivery(order=order, kind=kind)
-        delivery.prefix = f"deliveries/{order.id}/{delivery.id}"
-        if kind == Delivery.Kind.PILOT:
-            delivery.review = Delivery.Review.PENDING
-        delivery.save(force_insert=True)
-        # Broker down: an assembling delivery is queued again by delivery_sweep.
-        enqueue_on_commit(tasks.delivery_assemble, delivery.id)
-    return delivery
-
-
 def _delivery_episodes(delivery: Delivery):
     episodes = Episode.objects.filter(order=delivery.order, status=Episode.Status.ACCEPTED)
     if delivery.kind == Delivery.Kind.PILOT:
         episodes = episodes.filter(job__is_pilot=True)
+    episodes = DeliveryFilters.of(delivery).apply(episodes)
     episodes = episodes.select_related("site", "fleet").order_by("decided_at", "id")
     if (delivery.order.stream_spec or {}).get("cameras"):
         episodes = episodes.prefetch_related("videos")
@@ -178,7 +159,8 @@ def _card_facts(
     return DatasetCardFacts(
         title=(
             f"{order.task_type.name}, {order.embodiment.name}"
-            f" ({delivery.get_kind_display().lower()})"
+            f" ({delivery.get_kind_display().lower()}"
+            + (f", version {delivery.version})" if delivery.version > 1 else ")")
         ),
         task=order.task_type.name,
         embodiment=order.embodiment.name,
@@ -244,6 +226,11 @@ def delivery_assemble(*, delivery_id) -> Delivery:
         )
         extra = {"order": str(delivery.order_id), "delivery": str(delivery.id)}
         extra["kind"] = delivery.kind
+        extra["dataset_version"] = delivery.version
+        if delivery.previous_id:
+            extra["previous_delivery"] = str(delivery.previous_id)
+        if delivery.filters:
+            extra["filters"] = delivery.filters
         if cameras:
             extra["videos"] = cameras
         manifest = write_delivery_files(root, facts, extra=extra)
@@ -341,7 +328,8 @@ def delivery_notify(*, delivery_id) -> int:
         sent = 0
         if recipients:
             sent = send_mail(
-                subject=f"Your {what} for order {delivery.order_id} is ready",
+                subject=f"Your {what} for order {delivery.order_id} is ready"
+                + (f" (version {delivery.version})" if delivery.version > 1 else ""),
                 message=(
                     f"{delivery.episodes} episodes,"
                     f" {(delivery.seconds / 3600).quantize(Decimal('0.01'))} h.\n"
@@ -381,6 +369,7 @@ def _webhook_record(delivery: Delivery) -> bool:
             "order": str(delivery.order_id),
             "delivery": str(delivery.id),
             "kind": delivery.kind,
+            "version": delivery.version,
             "episodes": delivery.episodes,
             "seconds": str(delivery.seconds),
             "files": f"/api/v1/deliveries/{delivery.id}/files",
@@ -402,6 +391,12 @@ def pilot_review(*, caller: Caller, delivery_id, approve: bool, reason: str = ""
             raise Conflict("Only a pilot delivery is reviewed.", code=ErrorCode.NOT_A_PILOT)
         if delivery.status != Delivery.Status.READY:
             raise Conflict("The pilot is not ready yet.", code=ErrorCode.DELIVERY_NOT_READY)
+        if delivery.superseded_at is not None:
+            raise Conflict(
+                f"Version {delivery.version} of this pilot is replaced by a newer one: review "
+                "that one.",
+                code=ErrorCode.DELIVERY_SUPERSEDED,
+            )
         if delivery.review != Delivery.Review.PENDING:
             raise Conflict(
                 f"This pilot was already {delivery.review}.", code=ErrorCode.ALREADY_REVIEWED

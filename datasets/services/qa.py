@@ -22,7 +22,7 @@ from datasets.models import Delivery, Episode, EpisodeVideo
 from datasets.qa_checks import EpisodeExpectation, QAResult, Reason
 from datasets.qa_content import ContentThresholds
 from datasets.qa_sandbox import StoredVideo, check_stored_episode_bounded
-from datasets.services.deliveries import delivery_start
+from datasets.services.delivery_versions import delivery_start
 from datasets.services.episode_files import video_stored_key
 from datasets.services.episodes import WORKING_JOB_STATES, stored_key_for
 from fleets.models import Job

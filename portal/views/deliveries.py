@@ -59,6 +59,9 @@ def order_quality_section(request, order, export_forms: dict | None = None) -> d
         "coverage": selectors.order_coverage(order=order),
         "deliveries": delivered,
         "downloads": downloads_,
+        "older_versions": sum(
+            1 for d in delivered if not d.is_latest and d.status != Delivery.Status.ASSEMBLING
+        ),
         "can_review": caller.has_role(*CAN_ORDER),
         "can_revoke": caller.has_role(Membership.Role.OWNER),
     }
