@@ -69,3 +69,10 @@ def payout_run() -> dict:
         return {"skipped": "Stripe is not configured"}
     run = payout_run(triggered_by="beat")
     return {"run": str(run.id), **run.report}
+
+
+@shared_task(**task_options())
+def order_payables_reconcile(order_id: str) -> list[str]:
+    from billing.services.payables import payables_reconcile
+
+    return [str(d.id) for d in payables_reconcile(order_id=order_id)]

@@ -12,6 +12,14 @@ class ErrorCode(models.TextChoices):
         "archive_too_large",
         "The delivery is too large for a single archive: use the download command.",
     )
+    EPISODE_NOT_ACCEPTED = (
+        "episode_not_accepted",
+        "Only accepted episodes can be excluded or rejected.",
+    )
+    EXCLUSION_NOT_ALLOWED = (
+        "exclusion_not_allowed",
+        "The order's state does not allow excluding episodes now (see the message).",
+    )
     EXPORT_REFUSED = "export_refused", "The bucket export cannot start (see the fields)."
     DELIVERY_NOT_READY = "delivery_not_ready", "The delivery is not ready yet."
     DELIVERY_REVOKED = "delivery_revoked", "The delivery was revoked: no new links are issued."

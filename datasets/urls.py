@@ -1,6 +1,6 @@
 from django.urls import path
 
-from datasets import api, api_deliveries, api_operators
+from datasets import api, api_deliveries, api_exclusions, api_operators
 
 # Mounted under /api/v1/fleet/ (fleet-operator keys).
 fleet_urlpatterns = [
@@ -34,6 +34,11 @@ urlpatterns = [
         "orders/<uuid:pk>/deliveries",
         api_deliveries.OrderDeliveryList.as_view(),
         name="order-delivery-list",
+    ),
+    path(
+        "orders/<uuid:pk>/exclusions",
+        api_exclusions.OrderExclusions.as_view(),
+        name="order-exclusions",
     ),
     path("deliveries/<uuid:pk>", api_deliveries.DeliveryDetail.as_view(), name="delivery-detail"),
     path(

@@ -190,6 +190,7 @@ SPECTACULAR_SETTINGS = {
         "PaymentStatusEnum": "billing.models.Payment.Status",
         "EpisodeStatusEnum": "datasets.models.Episode.Status",
         "DeliveryStatusEnum": "datasets.models.Delivery.Status",
+        "DeliveryKindEnum": "datasets.models.Delivery.Kind",
         "UploadMethodEnum": "datasets.api.UPLOAD_METHODS",
         "PaymentMethodEnum": "billing.models.Payment.Method",
     },

@@ -159,6 +159,13 @@ API = {
     (f"{V1}/orders/{{id}}/cancel", "post"): Rule(CUSTOMER, "order", CAN_WORK, {"reason": "x"}),
     (f"{V1}/orders/{{id}}/coverage", "get"): Rule(CUSTOMER, "reviewed_order"),
     (f"{V1}/orders/{{id}}/deliveries", "get"): Rule(CUSTOMER, "reviewed_order"),
+    (f"{V1}/orders/{{id}}/deliveries", "post"): Rule(
+        CUSTOMER, "reviewed_order", CAN_WORK, {"kind": "full", "filters": {"min_quality": 0.5}}
+    ),
+    (f"{V1}/orders/{{id}}/exclusions", "get"): Rule(CUSTOMER, "reviewed_order"),
+    (f"{V1}/orders/{{id}}/exclusions", "post"): Rule(
+        CUSTOMER, "reviewed_order", CAN_WORK, {"operator": "op-none", "reason_code": "idle"}
+    ),
     (f"{V1}/orders/{{id}}/episodes", "get"): Rule(CUSTOMER, "reviewed_order"),
     (f"{V1}/orders/{{id}}/operators", "get"): Rule(CUSTOMER, "reviewed_order"),
     (f"{V1}/orders/{{id}}/payments", "get"): Rule(CUSTOMER, "order"),
