@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from datasets import selectors
-from datasets.models import Delivery, DeliveryFile
+from datasets.models import Delivery, DeliveryFile, ExclusionReason
 from datasets.services.deliveries import pilot_review
 from datasets.services.delivery_versions import delivery_next_version
 from datasets.services.downloads import delivery_download_link, delivery_revoke
@@ -53,6 +53,7 @@ class DeliverySerializer(serializers.ModelSerializer):
             "seconds",
             "review",
             "review_reason",
+            "review_codes",
             "reviewed_at",
             "revoked",
             "revoked_at",
@@ -182,6 +183,18 @@ class DeliveryRevoke(CustomerApi, APIView):
 
 class PilotReviewSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=5000, required=False, default="", allow_blank=True)
+    # Rejection only: why (ExclusionReason codes), and whether to collect the pilot again
+    # (all its episodes, or the ones named).
+    reason_codes = serializers.ListField(
+        child=serializers.ChoiceField(choices=ExclusionReason.choices),
+        required=False,
+        default=list,
+        max_length=len(ExclusionReason.values),
+    )
+    recollect = serializers.BooleanField(required=False, default=False)
+    episodes = serializers.ListField(
+        child=serializers.UUIDField(), required=False, default=list, max_length=1000
+    )
 
 
 class PilotDecision(CustomerApi, APIView):
@@ -198,6 +211,9 @@ class PilotDecision(CustomerApi, APIView):
             delivery_id=pk,
             approve=self.approve,
             reason=serializer.validated_data["reason"],
+            reason_codes=serializer.validated_data["reason_codes"],
+            recollect=serializer.validated_data["recollect"],
+            episode_ids=serializer.validated_data["episodes"],
         )
         return Response(DeliverySerializer(delivery).data)
 

@@ -244,6 +244,7 @@ class Delivery(models.Model):
     failure_reason = models.TextField(blank=True)
     review = models.CharField(max_length=20, choices=Review.choices, default=Review.NOT_NEEDED)
     review_reason = models.TextField(blank=True)
+    review_codes = models.JSONField(default=list, blank=True)  # ExclusionReason values
     reviewed_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     revoked_by = models.CharField(max_length=200, blank=True)

@@ -16,7 +16,14 @@ from datasets import storage, tasks
 from datasets.error_codes import ErrorCode
 from datasets.lerobot import LeRobotWriter
 from datasets.lerobot_videos import DatasetVideos, VideoAssemblyError
-from datasets.models import DELIVERY_TRANSITIONS, Delivery, DeliveryFile, Episode
+from datasets.models import (
+    DELIVERY_TRANSITIONS,
+    Delivery,
+    DeliveryFile,
+    Episode,
+    EpisodeExclusion,
+    ExclusionReason,
+)
 from datasets.packaging import (
     DatasetCardFacts,
     Provenance,
@@ -26,6 +33,7 @@ from datasets.packaging import (
 )
 from datasets.services.delivery_versions import DeliveryFilters
 from datasets.services.downloads import customer_delivery
+from datasets.services.exclusions import episodes_exclude
 from fleets.services.planning import order_release_remaining
 from marketplace.audit import actor_label, system_label
 from marketplace.errors import Conflict, invalid
@@ -380,35 +388,45 @@ def _webhook_record(delivery: Delivery) -> bool:
     return True
 
 
-def pilot_review(*, caller: Caller, delivery_id, approve: bool, reason: str = "") -> Delivery:
+def _check_codes(codes, recollect: bool) -> list[str]:
+    codes = list(dict.fromkeys(codes or []))
+    unknown = [c for c in codes if c not in ExclusionReason.values]
+    if unknown:
+        raise invalid("reason_codes", f"Unknown: {', '.join(map(str, unknown))}.")
+    if recollect and not codes:
+        raise invalid("reason_codes", "Name at least one reason to ask for re-collection.")
+    return codes
+
+
+def pilot_review(
+    *,
+    caller: Caller,
+    delivery_id,
+    approve: bool,
+    reason: str = "",
+    reason_codes=(),
+    recollect: bool = False,
+    episode_ids=(),
+) -> Delivery:
     """The customer approves the pilot (the rest of the order is dispatched) or rejects it
-    (the reason is kept and staff are told; they settle the order with the customer)."""
+    with a reason and reason codes: staff are told, and with `recollect` the pilot's episodes
+    (all, or `episode_ids`) are excluded and collected again, then delivered as the pilot's
+    next version for review."""
     with transaction.atomic():
         delivery = customer_delivery(
             organization=caller.organization, delivery_id=delivery_id, lock=True
         )
-        if delivery.kind != Delivery.Kind.PILOT:
-            raise Conflict("Only a pilot delivery is reviewed.", code=ErrorCode.NOT_A_PILOT)
-        if delivery.status != Delivery.Status.READY:
-            raise Conflict("The pilot is not ready yet.", code=ErrorCode.DELIVERY_NOT_READY)
-        if delivery.superseded_at is not None:
-            raise Conflict(
-                f"Version {delivery.version} of this pilot is replaced by a newer one: review "
-                "that one.",
-                code=ErrorCode.DELIVERY_SUPERSEDED,
-            )
-        if delivery.review != Delivery.Review.PENDING:
-            raise Conflict(
-                f"This pilot was already {delivery.review}.", code=ErrorCode.ALREADY_REVIEWED
-            )
+        _check_reviewable(delivery)
         if not approve and not reason.strip():
             raise invalid("reason", "Say why the pilot is rejected.")
         if "\x00" in reason:  # the web form passes it raw; PostgreSQL refuses it (was a 500)
             raise invalid("reason", "Null characters are not allowed.")
+        codes = [] if approve else _check_codes(reason_codes, recollect)
         delivery.review = Delivery.Review.APPROVED if approve else Delivery.Review.REJECTED
         delivery.review_reason = reason.strip()
+        delivery.review_codes = codes
         delivery.reviewed_at = timezone.now()
-        delivery.save(update_fields=["review", "review_reason", "reviewed_at"])
+        delivery.save(update_fields=["review", "review_reason", "review_codes", "reviewed_at"])
         if approve:
             order_resume_collection(
                 order_id=delivery.order_id,
@@ -416,13 +434,52 @@ def pilot_review(*, caller: Caller, delivery_id, approve: bool, reason: str = ""
                 reason="Pilot approved; the rest of the order is dispatched.",
             )
             order_release_remaining(order_id=delivery.order_id, actor_label=actor_label(caller))
-        else:
-            transaction.on_commit(
-                lambda: mail_admins(
-                    f"Pilot rejected for order {delivery.order_id}",
-                    f"Delivery {delivery.id} rejected by {actor_label(caller)}:"
-                    f" {delivery.review_reason}",
-                    fail_silently=True,
-                )
+            return delivery
+        if recollect:
+            _pilot_recollect(caller, delivery, codes, episode_ids)
+        transaction.on_commit(
+            lambda: mail_admins(
+                f"Pilot rejected for order {delivery.order_id}",
+                f"Delivery {delivery.id} rejected by {actor_label(caller)}"
+                f" ({', '.join(codes) or 'no code'}"
+                f"{', re-collection asked' if recollect else ''}): {delivery.review_reason}",
+                fail_silently=True,
             )
+        )
     return delivery
+
+
+def _check_reviewable(delivery: Delivery) -> None:
+    if delivery.kind != Delivery.Kind.PILOT:
+        raise Conflict("Only a pilot delivery is reviewed.", code=ErrorCode.NOT_A_PILOT)
+    if delivery.status != Delivery.Status.READY:
+        raise Conflict("The pilot is not ready yet.", code=ErrorCode.DELIVERY_NOT_READY)
+    if delivery.superseded_at is not None:
+        raise Conflict(
+            f"Version {delivery.version} of this pilot is replaced by a newer one: review "
+            "that one.",
+            code=ErrorCode.DELIVERY_SUPERSEDED,
+        )
+    if delivery.review != Delivery.Review.PENDING:
+        raise Conflict(
+            f"This pilot was already {delivery.review}.", code=ErrorCode.ALREADY_REVIEWED
+        )
+
+
+def _pilot_recollect(caller: Caller, delivery: Delivery, codes: list[str], episode_ids) -> None:
+    """Exclude the rejected pilot episodes (all of the pilot's, or the named ones, which must
+    be this pilot's) so they are collected again."""
+    pilot = Episode.objects.filter(
+        order_id=delivery.order_id, job__is_pilot=True, status=Episode.Status.ACCEPTED
+    )
+    ids = [str(pk) for pk in (episode_ids or pilot.values_list("pk", flat=True))]
+    if episode_ids and pilot.filter(pk__in=ids).count() != len(set(ids)):
+        raise invalid("episodes", "Name accepted episodes of this pilot.")
+    episodes_exclude(
+        caller=caller,
+        order_id=delivery.order_id,
+        episode_ids=ids,
+        reason_code=codes[0],
+        note=delivery.review_reason,
+        scope=EpisodeExclusion.Scope.PILOT_REVIEW,
+    )

@@ -10,10 +10,12 @@ from datasets.episode_format import episode_table, parquet_bytes
 from datasets.models import Delivery, Episode, EpisodeExclusion
 from datasets.services.exclusions import episodes_exclude
 from fleets.models import Assignment, Job
+from marketplace.errors import Conflict
 from orders.models import Order
-from tests.datasets.helpers import Collection
-from tests.fleets.test_operators import checked
+from tests.datasets.helpers import Collection, upload_episode
 from tests.datasets.test_delivery_versions import two_operators  # noqa: F401 (fixture)
+from tests.factories import JobFactory
+from tests.fleets.test_operators import checked
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("s3", "eager_celery")]
 
@@ -197,8 +199,6 @@ def test_staff_exclude_any_order_and_a_closed_order_refuses(
         )
     assert [e.actor_label for e in result.excluded] == ["staff:ops"]
     Order.objects.filter(pk=collection.order.pk).update(status=Order.Status.CLOSED)
-    from marketplace.errors import Conflict
-
     with pytest.raises(Conflict) as refused:
         episodes_exclude(
             order_id=collection.order.id,
@@ -208,3 +208,47 @@ def test_staff_exclude_any_order_and_a_closed_order_refuses(
         )
     assert refused.value.code == "exclusion_not_allowed"
     assert Delivery.objects.filter(order=collection.order).count() == 1
+
+
+def test_a_pilot_rejected_with_reason_codes_is_recollected_and_delivered_as_v2(
+    fleet_operator, customer, settings, django_capture_on_commit_callbacks
+):
+    settings.ADMINS = [("Ops", "ops@example.com")]
+    capture = django_capture_on_commit_callbacks
+    collection = Collection(fleet_operator, customer, target_hours="0.01", is_pilot=True)
+    held = JobFactory(order=collection.order, site=None, status=Job.Status.HELD, sequence=99)
+    upload_episode(collection, parquet_bytes(episode_table(frames=1200, seed=4)), capture)
+    v1 = Delivery.objects.get(order=collection.order)
+    url = f"/api/v1/deliveries/{v1.id}/reject"
+    no_code = customer.client.post(url, {"reason": "slow", "recollect": True}, format="json")
+    assert no_code.status_code == 400 and "reason_codes" in no_code.json()["fields"]
+    bad_code = customer.client.post(url, {"reason": "x", "reason_codes": ["nope"]}, format="json")
+    assert bad_code.status_code == 400
+    # when
+    with capture(execute=True):
+        response = customer.client.post(
+            url,
+            {"reason": "grasps too slow", "reason_codes": ["jerky", "idle"], "recollect": True},
+            format="json",
+        )
+    # then
+    assert response.status_code == 200, response.json()
+    assert response.json()["review_codes"] == ["jerky", "idle"]
+    v1.refresh_from_db()
+    assert v1.review == Delivery.Review.REJECTED and v1.superseded_at is not None
+    (row,) = EpisodeExclusion.objects.filter(order=collection.order)
+    assert (row.scope, row.reason_code, row.note) == ("pilot_review", "jerky", "grasps too slow")
+    collection.order.refresh_from_db()
+    assert collection.order.status == Order.Status.IN_COLLECTION
+    (extra,) = Job.objects.filter(order=collection.order, is_pilot=True).exclude(
+        pk=collection.job.pk
+    )
+    held.refresh_from_db()
+    assert held.status == Job.Status.HELD  # the rest waits for the new pilot's approval
+    # the re-collected pilot is delivered as v2, pending review; v1 cannot be reviewed again
+    collection.job = assign(extra, collection)
+    upload_episode(collection, parquet_bytes(episode_table(frames=1200, seed=5)), capture)
+    v2 = Delivery.objects.get(order=collection.order, kind="pilot", version=2)
+    assert v2.status == Delivery.Status.READY and v2.review == Delivery.Review.PENDING
+    again = customer.client.post(f"/api/v1/deliveries/{v1.id}/approve", {}, format="json")
+    assert again.status_code == 409 and again.json()["code"] == "delivery_superseded"

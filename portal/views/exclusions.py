@@ -1,0 +1,103 @@
+"""The customer's exclusion page of an order: its operators (figures and outlier flags), a
+form to exclude an operator or episodes with a reason (asked again before it acts), and the
+order's exclusions so far. Thin: datasets.services.exclusions does the work."""
+
+from django.contrib import messages
+from django.http import Http404
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods
+
+from datasets.models import Episode, EpisodeExclusion, ExclusionReason
+from datasets.operator_figures import order_operator_figures
+from datasets.services.exclusions import episodes_exclude
+from marketplace.errors import NotFound, ServiceError
+from marketplace.models import Organization
+from orders.selectors import order_list
+from portal.shell import CAN_ORDER, confirm_page, confirmed, organization_page, render_page
+from portal.wording import EXCLUSION_REASONS, duration_text
+
+CUSTOMER = Organization.Kind.CUSTOMER
+
+
+def _order(request, pk):
+    order = order_list(organization=request.caller.organization).filter(pk=pk).first()
+    if order is None:
+        raise Http404("Order not found.")
+    return order
+
+
+def _episode_ids(raw: str) -> list[str]:
+    return [part for part in raw.replace(",", " ").split() if part]
+
+
+@require_http_methods(["GET", "POST"])
+@organization_page(kind=CUSTOMER, roles=CAN_ORDER)
+def order_exclusions_page(request, pk):
+    order = _order(request, pk)
+    if request.method == "POST":
+        return _exclude(request, order)
+    return render_page(
+        request,
+        "portal/deliveries/exclusions.html",
+        {
+            "order": order,
+            "operators": order_operator_figures(order=order),
+            "reasons": [(code, EXCLUSION_REASONS[code]) for code in ExclusionReason.values],
+            "exclusions": list(EpisodeExclusion.objects.filter(order=order)[:500]),
+            "accepted": Episode.objects.filter(order=order, status=Episode.Status.ACCEPTED).count(),
+        },
+    )
+
+
+def _exclude(request, order):
+    post = request.POST
+    operator = post.get("operator", "").strip()
+    episodes = _episode_ids(post.get("episodes", ""))
+    reason = post.get("reason_code", "")
+    back = reverse("order-exclusions-page", args=[order.pk])
+    if not confirmed(request):
+        what = (
+            f"every accepted episode of operator {operator}"
+            if operator
+            else (f"{len(episodes)} episode{'s' if len(episodes) != 1 else ''}")
+        )
+        return confirm_page(
+            request,
+            title="Exclude these episodes?",
+            message=(
+                f"Exclude {what} from this order ({EXCLUSION_REASONS.get(reason, reason)})? "
+                "They stop counting and are not paid to the fleet; their hours are collected "
+                "again and the dataset is delivered as a new version. This cannot be undone."
+            ),
+            button="Exclude",
+            back_url=back,
+            fields=[
+                ("operator", operator),
+                ("episodes", " ".join(episodes)),
+                ("reason_code", reason),
+                ("note", post.get("note", "")),
+            ],
+        )
+    try:
+        result = episodes_exclude(
+            caller=request.caller,
+            order_id=order.pk,
+            operator=operator,
+            episode_ids=episodes,
+            reason_code=reason,
+            note=post.get("note", ""),
+        )
+    except NotFound as exc:
+        messages.error(request, exc.message)
+    except ServiceError as exc:
+        detail = " ".join(m for ms in (exc.fields or {}).values() for m in ms)
+        messages.error(request, f"{exc.message} {detail}".strip())
+    else:
+        messages.success(
+            request,
+            f"{len(result.excluded)} episode{'s' if len(result.excluded) != 1 else ''} excluded"
+            + (f" ({result.already} already were)" if result.already else "")
+            + f"; {duration_text(result.seconds)} go back to collection.",
+        )
+    return redirect(back)
