@@ -125,6 +125,7 @@ class Refund(models.Model):
         CANCELLATION = "cancellation", "Order cancelled"
         STAFF = "staff", "Issued by staff"
         STRIPE = "stripe", "Issued in Stripe (seen by webhook)"
+        CREDIT = "credit", "Delivered episodes rejected (credit)"
 
     class Status(models.TextChoices):
         PENDING = "pending", "Pending (sent or to send to Stripe)"

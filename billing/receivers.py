@@ -22,8 +22,8 @@ def on_order_delivered(sender, order_id, **kwargs) -> None:
 def on_order_hours_excluded(sender, order_id, job_ids=(), credit=False, **kwargs) -> None:
     # The fleet is not paid for excluded episodes (a payable recorded already is reversed).
     enqueue_or_leave_to_sweeper(tasks.order_payables_reconcile, str(order_id))
-    if credit:  # the customer is credited for those hours: the true-up refund grows
-        enqueue_or_leave_to_sweeper(tasks.order_trueup, str(order_id))
+    if credit:  # the customer is credited for those hours (a pro rata refund)
+        enqueue_or_leave_to_sweeper(tasks.order_credit, str(order_id))
 
 
 def connect() -> None:

@@ -1,6 +1,8 @@
 """Customers' delivery endpoints: versions, files, audited download links, revocation and
 the pilot review (thin: datasets.services.delivery_versions, downloads, deliveries)."""
 
+from datetime import datetime
+
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import generics, serializers, status
 from rest_framework.permissions import IsAuthenticated
@@ -9,6 +11,7 @@ from rest_framework.views import APIView
 
 from datasets import selectors
 from datasets.models import Delivery, DeliveryFile, ExclusionReason
+from datasets.services.acceptance import acceptance_deadline
 from datasets.services.deliveries import pilot_review
 from datasets.services.delivery_versions import delivery_next_version
 from datasets.services.downloads import delivery_download_link, delivery_revoke
@@ -34,6 +37,7 @@ class DeliverySerializer(serializers.ModelSerializer):
     revoked = serializers.BooleanField(source="is_revoked", read_only=True)
     previous = serializers.UUIDField(source="previous_id", read_only=True, allow_null=True)
     latest = serializers.BooleanField(source="is_latest", read_only=True)
+    acceptance_until = serializers.SerializerMethodField()
 
     class Meta:
         model = Delivery
@@ -47,6 +51,7 @@ class DeliverySerializer(serializers.ModelSerializer):
             "filters",
             "latest",
             "superseded_at",
+            "acceptance_until",
             "status",
             "episodes",
             "frames",
@@ -62,6 +67,10 @@ class DeliverySerializer(serializers.ModelSerializer):
             "ready_at",
         ]
         read_only_fields = fields
+
+    def get_acceptance_until(self, delivery) -> datetime | None:
+        """Until when delivered episodes may be rejected (full deliveries, once ready)."""
+        return acceptance_deadline(delivery)
 
 
 class CustomerApi:

@@ -5,8 +5,10 @@ from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import generics, serializers, status
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from datasets.models import EpisodeExclusion, ExclusionReason
+from datasets.services.acceptance import delivery_reject_episodes
 from datasets.services.exclusions import episodes_exclude
 from marketplace.audit import public_label
 from marketplace.errors import NotFound
@@ -104,5 +106,55 @@ class OrderExclusions(generics.ListAPIView):
             "already_excluded": result.already,
             "seconds": str(result.seconds),
             "recollection_jobs": [str(job.id) for job in result.recollection_jobs],
+        }
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class EpisodeRejectionSerializer(serializers.Serializer):
+    episodes = serializers.ListField(
+        child=serializers.UUIDField(), min_length=1, max_length=MAX_EPISODES
+    )
+    reason_code = serializers.ChoiceField(choices=ExclusionReason.choices)
+    note = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
+    remedy = serializers.ChoiceField(
+        choices=EpisodeExclusion.Remedy.choices, default=EpisodeExclusion.Remedy.RECOLLECT
+    )
+
+
+class EpisodeRejectionResultSerializer(ExclusionResultSerializer):
+    next_version = serializers.UUIDField(allow_null=True)
+
+
+class DeliveryRejectEpisodes(APIView):
+    """POST /deliveries/<id>/reject-episodes: within the acceptance window, reject delivered
+    episodes with a reason code; re-collected (default) or credited."""
+
+    permission_classes = [IsAuthenticated, IsCustomer, CanOrder]
+    throttle_classes = [CallerRateThrottle]
+
+    @extend_schema(
+        request=EpisodeRejectionSerializer,
+        responses={201: EpisodeRejectionResultSerializer},
+        summary="Reject delivered episodes (acceptance window): re-collected or credited",
+    )
+    def post(self, request, pk):
+        serializer = EpisodeRejectionSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        rejection = delivery_reject_episodes(
+            caller=caller_for_request(request),
+            delivery_id=pk,
+            episode_ids=data["episodes"],
+            reason_code=data["reason_code"],
+            note=data["note"],
+            remedy=data["remedy"],
+        )
+        result = rejection.exclusion
+        body = {
+            "excluded": ExclusionSerializer(result.excluded, many=True).data,
+            "already_excluded": result.already,
+            "seconds": str(result.seconds),
+            "recollection_jobs": [str(job.id) for job in result.recollection_jobs],
+            "next_version": str(rejection.next_version.id) if rejection.next_version else None,
         }
         return Response(body, status=status.HTTP_201_CREATED)

@@ -7,6 +7,10 @@ from marketplace.error_codes import register
 
 @register
 class ErrorCode(models.TextChoices):
+    ACCEPTANCE_WINDOW_CLOSED = (
+        "acceptance_window_closed",
+        "The delivery's acceptance window is over: its episodes can no longer be rejected.",
+    )
     ALREADY_REVIEWED = "already_reviewed", "The pilot was already reviewed."
     ARCHIVE_TOO_LARGE = (
         "archive_too_large",

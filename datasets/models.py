@@ -236,6 +236,9 @@ class Delivery(models.Model):
     # "exclude_operators": [pseudonym, ...]}; {} keeps every accepted episode.
     filters = models.JSONField(default=dict, blank=True)
     superseded_at = models.DateTimeField(null=True, blank=True)
+    # The episodes this version holds, in episode_index order (set when it is ready): what the
+    # customer may reject in the acceptance window.
+    episode_ids = models.JSONField(default=list, blank=True)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.ASSEMBLING)
     prefix = models.CharField(max_length=300)
     episodes = models.PositiveIntegerField(default=0)

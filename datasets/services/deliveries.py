@@ -27,6 +27,7 @@ from datasets.models import (
 from datasets.packaging import (
     DatasetCardFacts,
     Provenance,
+    QualityFacts,
     VideoFacts,
     upload_tree,
     write_delivery_files,
@@ -109,6 +110,7 @@ def _write_dataset(root: Path, delivery: Delivery, episodes, fps: int, streams: 
             record = writer.add_episode(
                 storage.RangeReader(episode.stored_key, size=episode.size_bytes),
                 task=episode.task_instruction,
+                extra=curation_columns(episode),
             )
             if videos is not None:
                 record.extra.update(_episode_videos(videos, episode, record.length))
@@ -122,6 +124,17 @@ def _write_dataset(root: Path, delivery: Delivery, episodes, fps: int, streams: 
     features, stats, summaries = videos.finish()
     writer.finish(video_features=features, video_stats=stats)
     return writer, summaries
+
+
+def curation_columns(episode: Episode) -> dict:
+    """The per-episode quality columns of meta/episodes (content QA's measurements; null for
+    an episode checked before content QA) and the operator's pseudonym."""
+    return {
+        "quality_score": episode.quality_score,
+        "idle_fraction": episode.idle_fraction,
+        "jerk": episode.jerk,
+        "operator": episode.operator,
+    }
 
 
 def _episode_videos(videos: DatasetVideos, episode: Episode, length: int) -> dict:
@@ -231,6 +244,13 @@ def delivery_assemble(*, delivery_id) -> Delivery:
             facts,
             videos=tuple(VideoFacts.of(camera) for camera in cameras),
             vectors=tuple((key, tuple(names)) for key, names in streams.vectors.items()),
+            quality=QualityFacts.of(
+                [e.quality_score for e in episodes if e.quality_score is not None],
+                [e.idle_fraction for e in episodes if e.idle_fraction is not None],
+                [e.jerk for e in episodes if e.jerk is not None],
+            ),
+            version=delivery.version,
+            filters=dict(delivery.filters or {}),
         )
         extra = {"order": str(delivery.order_id), "delivery": str(delivery.id)}
         extra["kind"] = delivery.kind
@@ -298,6 +318,7 @@ def _delivery_ready(
         delivery_move(delivery, Delivery.Status.READY)
         delivery.ready_at = timezone.now()
         delivery.episodes = len(episodes)
+        delivery.episode_ids = [str(e.id) for e in episodes]
         delivery.frames = frames
         delivery.seconds = sum((e.duration_seconds for e in episodes), Decimal(0))
         delivery.save()

@@ -103,6 +103,18 @@ def delivery_next_version(
         return _open_version(order, kind, previous=latest, reason=reason, filters=filters)
 
 
+def open_next_version(*, order_id, kind: str, reason: str) -> Delivery:
+    """The next version now, from the accepted episodes (the standing version's filters):
+    after episodes were excluded without re-collection (credited). The caller is in a
+    transaction; the standing version is marked superseded."""
+    order = Order.objects.select_for_update().get(pk=order_id)
+    latest = _latest_live(order, kind)
+    if latest is not None and latest.superseded_at is None:
+        latest.superseded_at = timezone.now()
+        latest.save(update_fields=["superseded_at"])
+    return _open_version(order, kind, previous=latest, reason=reason, filters=None)
+
+
 @dataclass(frozen=True)
 class DeliveryFilters:
     """What a version keeps of the order's accepted episodes."""

@@ -3,11 +3,13 @@ links keep working until revoked; the API and the order page show the latest by 
 version filtered by quality or operators."""
 
 import json
+import uuid
 
 import pytest
 
 from datasets.episode_format import episode_table, parquet_bytes
 from datasets.models import Delivery, Episode
+from tests.datasets import lerobot_loader
 from tests.datasets.helpers import Collection, upload_episode
 from tests.datasets.test_deliveries import fetch, link
 
@@ -142,3 +144,46 @@ def test_the_order_page_shows_the_latest_version_and_keeps_the_earlier_ones(
     older_at = page.index('id="older-versions"')
     assert latest_at < older_at < page.index(f'id="delivery-{v1.id}"')
     assert "Version 2: without op-b" in page
+
+
+def _download(client, delivery_id, root):
+    for entry in client.get(f"/api/v1/deliveries/{delivery_id}/files").json():
+        target = root / entry["path"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(fetch(link(client, delivery_id, entry["path"])["Location"]))
+    return root
+
+
+def test_meta_episodes_carry_quality_columns_and_the_card_the_distribution(
+    two_operators, customer, django_capture_on_commit_callbacks, tmp_path
+):
+    collection, v1 = two_operators
+    root = _download(customer.client, v1.id, tmp_path / "v1")
+    # LeRobot's loader (the layout's rules) still loads it, extra columns and all
+    dataset = lerobot_loader.load(root)
+    lerobot_loader.check_invariants(dataset)
+    episodes = {e.pk: e for e in Episode.objects.filter(order=collection.order)}
+    rows = dataset["episodes"]
+    for row, episode_id in zip(rows, v1.episode_ids, strict=True):
+        episode = episodes[uuid.UUID(episode_id)]
+        assert row["operator"] == episode.operator
+        assert row["quality_score"] == pytest.approx(episode.quality_score)
+        assert row["idle_fraction"] == pytest.approx(episode.idle_fraction)
+        assert row["jerk"] == pytest.approx(episode.jerk)
+    card = (root / "README.md").read_text()
+    scores = sorted(e.quality_score for e in episodes.values())
+    assert "## Quality" in card and "- scored episodes: 2" in card
+    assert f"min {round(scores[0], 4)}" in card and f"max {round(scores[1], 4)}" in card
+    histogram = [line for line in card.splitlines() if line.startswith("| 0.")]
+    assert sum(int(line.split("|")[2]) for line in histogram) == 2
+    # a filtered version says what it keeps
+    response = _new_version(
+        customer.client,
+        collection.order,
+        django_capture_on_commit_callbacks,
+        filters={"exclude_operators": ["op-a"]},
+    )
+    v2_root = _download(customer.client, response.json()["id"], tmp_path / "v2")
+    v2_card = (v2_root / "README.md").read_text()
+    assert "Version 2 of this dataset." in v2_card and "operators op-a" in v2_card
+    assert [e["operator"] for e in lerobot_loader.load(v2_root)["episodes"]] == ["op-b"]

@@ -177,6 +177,12 @@ API = {
     (f"{V1}/deliveries/{{id}}/files", "get"): Rule(CUSTOMER, "delivery"),
     (f"{V1}/deliveries/{{id}}/download", "get"): Rule(CUSTOMER, "delivery"),
     (f"{V1}/deliveries/{{id}}/revoke", "post"): Rule(CUSTOMER, "delivery", (OWNER,)),
+    (f"{V1}/deliveries/{{id}}/reject-episodes", "post"): Rule(
+        CUSTOMER,
+        "delivery",
+        CAN_WORK,
+        {"episodes": ["00000000-0000-0000-0000-000000000000"], "reason_code": "idle"},
+    ),
     (f"{V1}/deliveries/{{id}}/approve", "post"): Rule(CUSTOMER, "delivery", CAN_WORK, {}),
     (f"{V1}/deliveries/{{id}}/reject", "post"): Rule(
         CUSTOMER, "delivery", CAN_WORK, {"reason": "not what we asked for"}
