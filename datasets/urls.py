@@ -52,6 +52,11 @@ urlpatterns = [
         name="delivery-download",
     ),
     path(
+        "deliveries/<uuid:pk>/reject-episodes",
+        api_exclusions.DeliveryRejectEpisodes.as_view(),
+        name="delivery-reject-episodes",
+    ),
+    path(
         "deliveries/<uuid:pk>/revoke",
         api_deliveries.DeliveryRevoke.as_view(),
         name="delivery-revoke",
