@@ -11,9 +11,8 @@ from rest_framework.views import APIView
 
 from datasets import selectors
 from datasets.models import Delivery, DeliveryFile, ExclusionReason
-from datasets.services.acceptance import acceptance_deadline
 from datasets.services.deliveries import pilot_review
-from datasets.services.delivery_versions import delivery_next_version
+from datasets.services.delivery_versions import acceptance_deadline, delivery_next_version
 from datasets.services.downloads import delivery_download_link, delivery_revoke
 from marketplace.client_address import client_address
 from marketplace.errors import NotFound

@@ -6,32 +6,22 @@ collection; the next version is delivered when they are in) or credited (a pro r
 through billing's refund path; the next version, without them, is assembled at once)."""
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from datasets.error_codes import ErrorCode
 from datasets.models import Delivery, EpisodeExclusion
-from datasets.services.delivery_versions import open_next_version
+from datasets.services.delivery_versions import (
+    acceptance_deadline,
+    open_next_version,
+    require_acceptance_window,
+)
 from datasets.services.downloads import customer_delivery
 from datasets.services.exclusions import ExclusionResult, episodes_exclude
 from marketplace.errors import Conflict, invalid
 from marketplace.tenancy import Caller
 
 Remedy = EpisodeExclusion.Remedy
-
-
-class AcceptanceWindowClosed(Conflict):
-    code = ErrorCode.ACCEPTANCE_WINDOW_CLOSED
-
-
-def acceptance_deadline(delivery: Delivery) -> datetime | None:
-    """Until when delivered episodes may be rejected (None: not a ready full delivery)."""
-    if delivery.kind != Delivery.Kind.FULL or delivery.ready_at is None:
-        return None
-    return delivery.ready_at + timedelta(days=settings.DELIVERY_ACCEPTANCE_DAYS)
 
 
 @dataclass
@@ -97,9 +87,4 @@ def _check_open(delivery: Delivery) -> None:
             f"Version {delivery.version} is replaced by a newer one: reject episodes there.",
             code=ErrorCode.DELIVERY_SUPERSEDED,
         )
-    if timezone.now() > deadline:
-        raise AcceptanceWindowClosed(
-            f"The acceptance window of this delivery closed on {deadline:%Y-%m-%d %H:%M} UTC "
-            f"({settings.DELIVERY_ACCEPTANCE_DAYS} days after it was delivered).",
-            fields={"episodes": ["The acceptance window is closed."]},
-        )
+    require_acceptance_window(delivery)

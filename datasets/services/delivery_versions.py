@@ -3,7 +3,9 @@ marking the standing one superseded, and what a version keeps of the accepted ep
 (DeliveryFilters). Assembly itself is datasets.services.deliveries'."""
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -14,6 +16,32 @@ from marketplace.errors import Conflict, NotFound, invalid
 from marketplace.queueing import enqueue_on_commit
 from marketplace.tenancy import Caller
 from orders.models import Order
+
+
+class AcceptanceWindowClosed(Conflict):
+    code = ErrorCode.ACCEPTANCE_WINDOW_CLOSED
+
+
+def acceptance_deadline(delivery: Delivery) -> datetime | None:
+    """Until when delivered episodes may be rejected (None: not a ready full delivery)."""
+    if delivery.kind != Delivery.Kind.FULL or delivery.ready_at is None:
+        return None
+    return delivery.ready_at + timedelta(days=settings.DELIVERY_ACCEPTANCE_DAYS)
+
+
+def require_acceptance_window(delivery: Delivery) -> None:
+    """A 409 saying when it closed, once the delivery's acceptance window is over."""
+    deadline = acceptance_deadline(delivery)
+    if deadline is not None and timezone.now() > deadline:
+        raise AcceptanceWindowClosed(
+            f"The acceptance window of this delivery closed on {deadline:%Y-%m-%d %H:%M} UTC "
+            f"({settings.DELIVERY_ACCEPTANCE_DAYS} days after it was delivered).",
+            fields={"episodes": ["The acceptance window is closed."]},
+        )
+
+
+def latest_full_delivery(order: Order) -> Delivery | None:
+    return _latest_live(order, Delivery.Kind.FULL)
 
 
 def _latest_live(order: Order, kind: str) -> Delivery | None:

@@ -14,7 +14,11 @@ from django.db.models import Sum
 
 from datasets.error_codes import ErrorCode
 from datasets.models import Delivery, Episode, EpisodeExclusion, ExclusionReason
-from datasets.services.delivery_versions import deliveries_supersede
+from datasets.services.delivery_versions import (
+    deliveries_supersede,
+    latest_full_delivery,
+    require_acceptance_window,
+)
 from fleets.models import Job
 from fleets.services.planning import job_recollect
 from marketplace.audit import actor_label as label_of
@@ -67,6 +71,11 @@ def _locked_order(caller: Caller | None, order_id) -> Order:
             " excluded.",
             code=ErrorCode.EXCLUSION_NOT_ALLOWED,
         )
+    if caller is not None and order.status == Order.Status.DELIVERED:
+        # After delivery the customer pushes back within the acceptance window only.
+        delivered = latest_full_delivery(order)
+        if delivered is not None:
+            require_acceptance_window(delivered)
     if Delivery.objects.filter(order=order, status=Delivery.Status.ASSEMBLING).exists():
         raise Conflict(
             "A delivery of this order is being assembled: exclude once it is ready.",

@@ -10,9 +10,12 @@ from django.views.decorators.http import require_http_methods
 
 from datasets.models import Episode, EpisodeExclusion, ExclusionReason
 from datasets.operator_figures import order_operator_figures
+from datasets.services.acceptance import delivery_reject_episodes
+from datasets.services.delivery_versions import acceptance_deadline, latest_full_delivery
 from datasets.services.exclusions import episodes_exclude
 from marketplace.errors import NotFound, ServiceError
 from marketplace.models import Organization
+from orders.models import Order
 from orders.selectors import order_list
 from portal.shell import CAN_ORDER, confirm_page, confirmed, organization_page, render_page
 from portal.wording import EXCLUSION_REASONS, duration_text
@@ -37,6 +40,7 @@ def order_exclusions_page(request, pk):
     order = _order(request, pk)
     if request.method == "POST":
         return _exclude(request, order)
+    delivered = latest_full_delivery(order) if order.status == Order.Status.DELIVERED else None
     return render_page(
         request,
         "portal/deliveries/exclusions.html",
@@ -46,6 +50,9 @@ def order_exclusions_page(request, pk):
             "reasons": [(code, EXCLUSION_REASONS[code]) for code in ExclusionReason.values],
             "exclusions": list(EpisodeExclusion.objects.filter(order=order)[:500]),
             "accepted": Episode.objects.filter(order=order, status=Episode.Status.ACCEPTED).count(),
+            "delivered": delivered,
+            "acceptance_until": acceptance_deadline(delivered) if delivered else None,
+            "remedies": EpisodeExclusion.Remedy.choices,
         },
     )
 
@@ -77,17 +84,11 @@ def _exclude(request, order):
                 ("episodes", " ".join(episodes)),
                 ("reason_code", reason),
                 ("note", post.get("note", "")),
+                ("remedy", post.get("remedy", EpisodeExclusion.Remedy.RECOLLECT)),
             ],
         )
     try:
-        result = episodes_exclude(
-            caller=request.caller,
-            order_id=order.pk,
-            operator=operator,
-            episode_ids=episodes,
-            reason_code=reason,
-            note=post.get("note", ""),
-        )
+        result = _apply(request, order, operator, episodes, reason)
     except NotFound as exc:
         messages.error(request, exc.message)
     except ServiceError as exc:
@@ -101,3 +102,36 @@ def _exclude(request, order):
             + f"; {duration_text(result.seconds)} go back to collection.",
         )
     return redirect(back)
+
+
+def _apply(request, order, operator: str, episodes: list[str], reason: str):
+    """Before delivery: an exclusion (re-collected). Delivered: a rejection of the latest
+    version's episodes in the acceptance window, re-collected or credited."""
+    note = request.POST.get("note", "")
+    delivered = latest_full_delivery(order) if order.status == Order.Status.DELIVERED else None
+    if delivered is None:
+        return episodes_exclude(
+            caller=request.caller,
+            order_id=order.pk,
+            operator=operator,
+            episode_ids=episodes,
+            reason_code=reason,
+            note=note,
+        )
+    if operator:
+        episodes = [
+            str(pk)
+            for pk in Episode.objects.filter(
+                pk__in=delivered.episode_ids, operator=operator
+            ).values_list("pk", flat=True)
+        ]
+        if not episodes:
+            raise NotFound("No delivered episode of this operator.")
+    return delivery_reject_episodes(
+        caller=request.caller,
+        delivery_id=delivered.id,
+        episode_ids=episodes,
+        reason_code=reason,
+        note=note,
+        remedy=request.POST.get("remedy", EpisodeExclusion.Remedy.RECOLLECT),
+    ).exclusion
