@@ -61,5 +61,5 @@ def test_a_refused_exclusion_says_why(
         {"operator": "", "episodes": "", "reason_code": "idle", "confirmed": "yes"},
         follow=True,
     )
-    assert "Name either episodes or one operator" in response.content.decode()
+    assert "Name the delivered episodes to reject" in response.content.decode()
     assert EpisodeExclusion.objects.count() == 0
