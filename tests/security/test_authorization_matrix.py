@@ -164,7 +164,7 @@ API = {
     ),
     (f"{V1}/orders/{{id}}/exclusions", "get"): Rule(CUSTOMER, "reviewed_order"),
     (f"{V1}/orders/{{id}}/exclusions", "post"): Rule(
-        CUSTOMER, "reviewed_order", CAN_WORK, {"operator": "op-none", "reason_code": "idle"}
+        CUSTOMER, "reviewed_order", CAN_WORK, {"episodes": [], "reason_code": "idle"}
     ),
     (f"{V1}/orders/{{id}}/episodes", "get"): Rule(CUSTOMER, "reviewed_order"),
     (f"{V1}/orders/{{id}}/operators", "get"): Rule(CUSTOMER, "reviewed_order"),
@@ -389,7 +389,7 @@ class Page:
         return CUSTOMER if self.audience == PUBLIC else self.audience
 
 
-ORDERING_PAGES = {"order-new", "order-new-quote", "order-cancel-page"}
+ORDERING_PAGES = {"order-new", "order-new-quote", "order-cancel-page", "order-exclusions-page"}
 FLEET_MANAGING_PAGES = {
     "fleet-new-page",
     "fleet-edit-page",
