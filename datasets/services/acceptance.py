@@ -17,7 +17,7 @@ from datasets.services.delivery_versions import (
     require_acceptance_window,
 )
 from datasets.services.downloads import customer_delivery
-from datasets.services.exclusions import ExclusionResult, episodes_exclude
+from datasets.services.exclusions import ExclusionResult, episode_uuids, episodes_exclude
 from marketplace.errors import Conflict, invalid
 from marketplace.tenancy import Caller
 
@@ -44,7 +44,7 @@ def delivery_reject_episodes(
     delivery is a 404; rejecting an episode again changes nothing."""
     if remedy not in Remedy.values:
         raise invalid("remedy", f"One of: {', '.join(Remedy.values)}.")
-    ids = list(dict.fromkeys(str(pk) for pk in episode_ids or []))
+    ids = episode_uuids(episode_ids)
     if not ids:
         raise invalid("episodes", "Name the delivered episodes to reject.")
     with transaction.atomic():

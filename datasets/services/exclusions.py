@@ -6,6 +6,7 @@ is not paid for them (billing hears `orders.signals.order_hours_excluded` and re
 deducts the payable), the delivered versions are superseded by a next one, and each exclusion
 is an append-only EpisodeExclusion row naming who acted."""
 
+import uuid
 from dataclasses import dataclass, field
 from decimal import ROUND_DOWN, Decimal
 
@@ -101,7 +102,7 @@ def _named_episodes(order: Order, episode_ids, operator: str) -> list[Episode]:
                 fields={"operator": ["Not an operator of this order's accepted episodes."]},
             )
         return found
-    ids = {str(pk) for pk in episode_ids}
+    ids = set(episode_uuids(episode_ids))
     found = list(episodes.filter(pk__in=ids))
     if len(found) != len(ids):
         raise NotFound("Episode not found in this order.", fields={"episodes": ["Not found."]})
@@ -114,6 +115,17 @@ def _named_episodes(order: Order, episode_ids, operator: str) -> list[Episode]:
             code=ErrorCode.EPISODE_NOT_ACCEPTED,
         )
     return found
+
+
+def episode_uuids(values) -> list[str]:
+    """Episode ids as canonical strings, in order, once each; anything else is a 400."""
+    ids = []
+    for value in values or []:
+        try:
+            ids.append(str(uuid.UUID(str(value))))
+        except ValueError:
+            raise invalid("episodes", f"Not an episode id: {str(value)[:40]!r}.") from None
+    return list(dict.fromkeys(ids))
 
 
 def _job_lost_seconds(job: Job) -> Decimal:

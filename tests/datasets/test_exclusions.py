@@ -252,3 +252,33 @@ def test_a_pilot_rejected_with_reason_codes_is_recollected_and_delivered_as_v2(
     assert v2.status == Delivery.Status.READY and v2.review == Delivery.Review.PENDING
     again = customer.client.post(f"/api/v1/deliveries/{v1.id}/approve", {}, format="json")
     assert again.status_code == 409 and again.json()["code"] == "delivery_superseded"
+
+
+def test_excluding_from_a_job_still_collecting_leaves_it_more_to_fill(
+    fleet_operator, customer, django_capture_on_commit_callbacks
+):
+    collection = Collection(fleet_operator, customer, target_hours="0.1")
+    first = upload_episode(
+        collection,
+        parquet_bytes(episode_table(frames=600, seed=7)),
+        django_capture_on_commit_callbacks,
+    )
+    upload_episode(
+        collection,
+        parquet_bytes(episode_table(frames=600, seed=8)),
+        django_capture_on_commit_callbacks,
+    )
+    response = exclude(
+        customer.client,
+        collection.order,
+        django_capture_on_commit_callbacks,
+        episodes=[str(first.id)],
+        reason_code="failed_task",
+    )
+    assert response.status_code == 201 and response.json()["recollection_jobs"] == []
+    collection.job.refresh_from_db()
+    collection.order.refresh_from_db()
+    assert collection.job.accepted_seconds == Decimal("20.000") == collection.order.accepted_seconds
+    assert collection.job.status == Job.Status.IN_PROGRESS
+    assert collection.order.status == Order.Status.IN_COLLECTION
+    assert Job.objects.filter(order=collection.order).count() == 1

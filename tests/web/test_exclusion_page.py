@@ -5,6 +5,7 @@ acceptance window, re-collected or credited; another organization's order is a 4
 import pytest
 
 from datasets.models import Delivery, Episode, EpisodeExclusion
+from tests.datasets.test_deliveries import pilot  # noqa: F401 (fixture)
 from tests.datasets.test_delivery_versions import two_operators  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("s3", "eager_celery")]
@@ -63,3 +64,45 @@ def test_a_refused_exclusion_says_why(
     )
     assert "Name the delivered episodes to reject" in response.content.decode()
     assert EpisodeExclusion.objects.count() == 0
+
+
+def test_garbage_episode_ids_are_a_message_not_a_500(
+    two_operators,  # noqa: F811
+    customer,
+):
+    collection, _ = two_operators
+    response = customer.session_client().post(
+        f"/orders/{collection.order.id}/exclusions/",
+        {"episodes": "not-a-uuid \x01", "reason_code": "idle", "confirmed": "yes"},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert "Not an episode id" in response.content.decode()
+    assert EpisodeExclusion.objects.count() == 0
+
+
+def test_the_pilot_review_form_names_reasons_and_asks_for_recollection(
+    pilot,  # noqa: F811
+    customer,
+    django_capture_on_commit_callbacks,
+):
+    collection, _held, delivery = pilot
+    browser = customer.session_client()
+    page = browser.get(f"/orders/{collection.order.id}/").content.decode()
+    assert 'name="reason_codes" value="jerky"' in page and 'id="pilot-recollect"' in page
+    with django_capture_on_commit_callbacks(execute=True):
+        response = browser.post(
+            f"/deliveries/{delivery.id}/review/",
+            {
+                "decision": "reject",
+                "reason": "too slow",
+                "reason_codes": ["idle", "jerky"],
+                "recollect": "yes",
+            },
+            follow=True,
+        )
+    assert "collected again and delivered as a new version" in response.content.decode()
+    delivery.refresh_from_db()
+    assert delivery.review_codes == ["idle", "jerky"] and delivery.superseded_at is not None
+    (row,) = EpisodeExclusion.objects.all()
+    assert (row.scope, row.reason_code) == ("pilot_review", "idle")
