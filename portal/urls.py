@@ -136,6 +136,11 @@ urlpatterns = [
     path("staff/dispatch/", staff.dispatch_board, name="staff-dispatch"),
     path("staff/jobs/<uuid:pk>/redispatch/", staff.job_redispatch_page, name="staff-redispatch"),
     path(
+        "staff/orders/<uuid:pk>/exclusions/",
+        exclusions.staff_order_exclusions_page,
+        name="staff-order-exclusions-page",
+    ),
+    path(
         "staff/deliveries/<uuid:pk>/retry/", staff.delivery_retry_page, name="staff-delivery-retry"
     ),
     path("staff/flags/<int:pk>/resolve/", staff.flag_resolve_page, name="staff-flag-resolve"),

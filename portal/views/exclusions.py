@@ -13,11 +13,19 @@ from datasets.operator_figures import order_operator_figures
 from datasets.services.acceptance import delivery_reject_episodes
 from datasets.services.delivery_versions import acceptance_deadline, latest_full_delivery
 from datasets.services.exclusions import episodes_exclude
+from marketplace.audit import user_label
 from marketplace.errors import NotFound, ServiceError
 from marketplace.models import Organization
 from orders.models import Order
 from orders.selectors import order_list
-from portal.shell import CAN_ORDER, confirm_page, confirmed, organization_page, render_page
+from portal.shell import (
+    CAN_ORDER,
+    confirm_page,
+    confirmed,
+    organization_page,
+    render_page,
+    staff_page,
+)
 from portal.wording import EXCLUSION_REASONS, duration_text
 
 CUSTOMER = Organization.Kind.CUSTOMER
@@ -40,7 +48,26 @@ def order_exclusions_page(request, pk):
     order = _order(request, pk)
     if request.method == "POST":
         return _exclude(request, order)
-    delivered = latest_full_delivery(order) if order.status == Order.Status.DELIVERED else None
+    return _page(request, order, staff=False)
+
+
+@require_http_methods(["GET", "POST"])
+@staff_page
+def staff_order_exclusions_page(request, pk):
+    """Staff exclude episodes of any order (not bound by the acceptance window); the hours
+    are re-collected."""
+    order = Order.objects.filter(pk=pk).first()
+    if order is None:
+        raise Http404("Order not found.")
+    if request.method == "POST":
+        return _exclude(request, order, staff=True)
+    return _page(request, order, staff=True)
+
+
+def _page(request, order, *, staff: bool):
+    delivered = None
+    if not staff and order.status == Order.Status.DELIVERED:
+        delivered = latest_full_delivery(order)
     return render_page(
         request,
         "portal/deliveries/exclusions.html",
@@ -53,16 +80,19 @@ def order_exclusions_page(request, pk):
             "delivered": delivered,
             "acceptance_until": acceptance_deadline(delivered) if delivered else None,
             "remedies": EpisodeExclusion.Remedy.choices,
+            "staff": staff,
         },
     )
 
 
-def _exclude(request, order):
+def _exclude(request, order, *, staff: bool = False):
     post = request.POST
     operator = post.get("operator", "").strip()
     episodes = _episode_ids(post.get("episodes", ""))
     reason = post.get("reason_code", "")
-    back = reverse("order-exclusions-page", args=[order.pk])
+    back = reverse(
+        "staff-order-exclusions-page" if staff else "order-exclusions-page", args=[order.pk]
+    )
     if not confirmed(request):
         what = (
             f"every accepted episode of operator {operator}"
@@ -88,7 +118,17 @@ def _exclude(request, order):
             ],
         )
     try:
-        result = _apply(request, order, operator, episodes, reason)
+        if staff:
+            result = episodes_exclude(
+                staff_label=user_label(request.user),
+                order_id=order.pk,
+                operator=operator,
+                episode_ids=episodes,
+                reason_code=reason,
+                note=post.get("note", ""),
+            )
+        else:
+            result = _apply(request, order, operator, episodes, reason)
     except NotFound as exc:
         messages.error(request, exc.message)
     except ServiceError as exc:

@@ -442,6 +442,7 @@ NOT_WALKED |= {
     "staff-delivery-retry",
     "staff-flag-resolve",
     "staff-bank-transfer",
+    "staff-order-exclusions-page",  # tests/web/test_exclusion_page.py
 }
 # an accepted episode's page, poster and clip (tenancy, roles, anonymous, audit):
 # tests/web/test_episode_media.py

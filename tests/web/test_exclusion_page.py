@@ -3,8 +3,10 @@ again on a page of its own), the audit list; a delivered order's episodes are re
 acceptance window, re-collected or credited; another organization's order is a 404."""
 
 import pytest
+from django.test import Client
 
 from datasets.models import Delivery, Episode, EpisodeExclusion
+from marketplace.models import User
 from tests.datasets.test_deliveries import pilot  # noqa: F401 (fixture)
 from tests.datasets.test_delivery_versions import two_operators  # noqa: F401 (fixture)
 
@@ -106,3 +108,25 @@ def test_the_pilot_review_form_names_reasons_and_asks_for_recollection(
     assert delivery.review_codes == ["idle", "jerky"] and delivery.superseded_at is not None
     (row,) = EpisodeExclusion.objects.all()
     assert (row.scope, row.reason_code) == ("pilot_review", "idle")
+
+
+def test_staff_exclude_from_the_staff_page_and_customers_cannot_open_it(
+    two_operators,  # noqa: F811
+    customer,
+    django_capture_on_commit_callbacks,
+):
+    collection, _ = two_operators
+    url = f"/staff/orders/{collection.order.id}/exclusions/"
+    assert customer.session_client().get(url).status_code == 403
+    staff = Client()
+    staff.force_login(User.objects.create_user(username="stella", password="x", is_staff=True))
+    assert 'data-operator="op-b"' in staff.get(url).content.decode()
+    with django_capture_on_commit_callbacks(execute=True):
+        done = staff.post(
+            url, {"operator": "op-b", "reason_code": "low_quality", "confirmed": "yes"}
+        )
+    assert done.status_code == 302
+    (row,) = EpisodeExclusion.objects.all()
+    assert row.actor_label == "staff:stella" and row.operator == "op-b"
+    collection.order.refresh_from_db()
+    assert collection.order.status == "in_collection"

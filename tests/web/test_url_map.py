@@ -95,6 +95,7 @@ NOT_PAGES = {
     "staff-delivery-retry",
     "staff-flag-resolve",
     "staff-bank-transfer",
+    "staff-order-exclusions-page",  # tests/web/test_exclusion_page.py
 }
 
 
