@@ -50,6 +50,13 @@ def payout_plan() -> list[PayoutPlanRow]:
         .annotate(total=models.Sum("amount"), n=models.Count("id"))
         .order_by("fleet_id", "currency")
     )
+    carried = {
+        (row["fleet_id"], row["currency"]): row["total"]
+        for row in PayableDeduction.objects.filter(in_place=False, payout__isnull=True)
+        .values("fleet_id", "currency")
+        .annotate(total=models.Sum("amount"))
+        .order_by()
+    }
     fleets = Fleet.objects.in_bulk([row["fleet_id"] for row in rows])
     accounts = dict(
         FleetPayoutAccount.objects.filter(fleet_id__in=fleets).values_list(
@@ -60,7 +67,8 @@ def payout_plan() -> list[PayoutPlanRow]:
         PayoutPlanRow(
             fleet=fleets[row["fleet_id"]],
             currency=row["currency"],
-            amount=row["total"],
+            # less the deductions carried from excluded episodes (payout_prepare's rule)
+            amount=row["total"] - carried.get((row["fleet_id"], row["currency"]), ZERO),
             payables=row["n"],
             stripe_account_id=accounts.get(row["fleet_id"], ""),
         )

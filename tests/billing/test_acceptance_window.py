@@ -22,7 +22,7 @@ from billing.models import (
     Refund,
 )
 from billing.services.payables import order_fleet_payables
-from billing.services.payouts import payout_prepare, payout_submit
+from billing.services.payouts import payout_plan, payout_prepare, payout_submit
 from datasets.episode_format import episode_table, parquet_bytes
 from datasets.models import Delivery, Episode, EpisodeExclusion
 from fleets.models import Job
@@ -140,6 +140,8 @@ def test_three_rejected_episodes_are_credited_deducted_after_payout_and_versione
     job = later.jobs.get()
     job.assignments.update(rate_per_hour=payable.rate_per_hour, currency=later.currency)
     (next_payable,) = order_fleet_payables(order_id=later.id)
+    (planned,) = [row for row in payout_plan() if row.fleet == fleet]
+    assert planned.amount == next_payable.amount - deduction.amount
     (next_payout,) = _pay_out(fleet.id)
     assert next_payout.amount == next_payable.amount - deduction.amount
     deduction.refresh_from_db()
