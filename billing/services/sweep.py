@@ -6,7 +6,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from billing import tasks
-from billing.models import BillingFlag, Payment, Refund, WebhookEvent
+from billing.models import BillingFlag, FleetPayable, Payment, Refund, WebhookEvent
 from billing.services.flags import flag_raise
 from billing.services.payables import PAYABLE_STATES
 from marketplace.queueing import enqueue_or_leave_to_sweeper
@@ -55,6 +55,17 @@ def billing_sweep(*, now=None) -> dict[str, int]:
     )
     for pk in orders:
         enqueue_or_leave_to_sweeper(tasks.order_fleet_payables, str(pk))
+    # Payables whose job lost accepted time (excluded episodes) but whose first reversal a lost
+    # message never recorded (payables_reconcile is idempotent: a repeat reverses nothing).
+    reversals = list(
+        FleetPayable.objects.filter(
+            job__accepted_seconds__lt=F("accepted_seconds"), deductions__isnull=True
+        )
+        .values_list("order_id", flat=True)
+        .distinct()[:100]
+    )
+    for pk in reversals:
+        enqueue_or_leave_to_sweeper(tasks.order_payables_reconcile, str(pk))
     # Cancelled or delivered orders (of the last two days) whose refund was never computed:
     # the broker was down when the order changed state. Both tasks are idempotent (refund
     # keys are unique), so an order that needs no refund is just looked at again.
@@ -89,4 +100,5 @@ def billing_sweep(*, now=None) -> dict[str, int]:
         "payables": len(orders),
         "cancellation_refunds": len(cancelled),
         "trueups": len(short),
+        "payable_reversals": len(reversals),
     }
