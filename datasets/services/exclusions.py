@@ -177,7 +177,7 @@ def episodes_exclude(
         result.seconds = sum((lost for _, lost in lost_by_job.values()), Decimal(0))
         _order_lose(order, result.seconds)
         result.excluded = _record(fresh, lost_by_job, reason_code, note, scope, remedy, actor)
-        deliveries_supersede(order=order)
+        deliveries_supersede(order=order, kinds=_kinds_affected(order, lost_by_job))
         if remedy == Remedy.RECOLLECT and result.seconds > 0:
             result.recollection_jobs = _recollect(order, lost_by_job, actor, reason_code)
         job_ids = [str(pk) for pk, (_, lost) in lost_by_job.items() if lost > 0]
@@ -188,6 +188,16 @@ def episodes_exclude(
             )
         )
     return result
+
+
+def _kinds_affected(order: Order, lost_by_job: dict) -> list[str]:
+    """The full dataset holds every accepted episode; the pilot's version is replaced only
+    while the order is still in its pilot phase (no full delivery yet)."""
+    kinds = [Delivery.Kind.FULL]
+    pilot = any(job.is_pilot for job, _ in lost_by_job.values())
+    if pilot and not Delivery.objects.filter(order=order, kind=Delivery.Kind.FULL).exists():
+        kinds.append(Delivery.Kind.PILOT)
+    return kinds
 
 
 def _order_lose(order: Order, seconds: Decimal) -> None:
