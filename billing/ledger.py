@@ -13,6 +13,7 @@ from billing.models import (
     LedgerAccount,
     LedgerEntry,
     LedgerTransaction,
+    PayableDeduction,
     Payment,
     Payout,
     Refund,
@@ -126,6 +127,29 @@ def post_payable(payable: FleetPayable, fleet: Fleet) -> None:
         order_id=payable.order_id,
         organization_id=fleet.organization_id,
         fleet=fleet,
+    )
+
+
+def post_deduction(deduction: PayableDeduction) -> None:
+    """The reverse of part of a payable: the fleet is owed less, the customer's part goes back
+    to its funds, the platform's margin on it is undone."""
+    ledger_post(
+        key=f"deduction:{deduction.id}",
+        kind=LedgerTransaction.Kind.DEDUCTION,
+        memo=f"Fleet {deduction.fleet.name}: {deduction.seconds} s excluded on order "
+        f"{deduction.order_id}",
+        legs=[
+            Leg(LedgerAccount.CUSTOMER_FUNDS, -deduction.customer_amount, deduction.currency),
+            Leg(LedgerAccount.FLEET_PAYABLE, deduction.amount, deduction.currency),
+            Leg(
+                LedgerAccount.PLATFORM_REVENUE,
+                deduction.customer_amount - deduction.amount,
+                deduction.currency,
+            ),
+        ],
+        order_id=deduction.order_id,
+        organization_id=deduction.fleet.organization_id,
+        fleet=deduction.fleet,
     )
 
 

@@ -125,6 +125,7 @@ class Refund(models.Model):
         CANCELLATION = "cancellation", "Order cancelled"
         STAFF = "staff", "Issued by staff"
         STRIPE = "stripe", "Issued in Stripe (seen by webhook)"
+        CREDIT = "credit", "Delivered episodes rejected (credit)"
 
     class Status(models.TextChoices):
         PENDING = "pending", "Pending (sent or to send to Stripe)"
@@ -210,6 +211,7 @@ class LedgerTransaction(models.Model):
         DISPUTE = "dispute", "Dispute opened"
         PAYABLE = "payable", "Fleet payable"
         PAYOUT = "payout", "Fleet payout"
+        DEDUCTION = "deduction", "Fleet payable reversed (excluded episodes)"
 
     key = models.CharField(max_length=255, unique=True)
     kind = models.CharField(max_length=20, choices=Kind.choices)
@@ -435,6 +437,43 @@ class FleetPayable(models.Model):
     @property
     def margin(self) -> Decimal:
         return self.customer_amount - self.amount
+
+
+class PayableDeduction(models.Model):
+    """Part of a job's payable reversed because episodes it was paid for were excluded (or
+    rejected after delivery). Before payout the payable itself is reduced (`in_place`); once
+    paid, the amount is carried as a deduction the fleet's next payout subtracts (`payout`
+    set when one did). Booked once in the ledger (`deduction:<id>`)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    payable = models.ForeignKey(FleetPayable, on_delete=models.PROTECT, related_name="deductions")
+    fleet = models.ForeignKey(Fleet, on_delete=models.PROTECT, related_name="deductions")
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="+")
+    seconds = models.DecimalField(max_digits=14, decimal_places=3)
+    amount = models.DecimalField(**AMOUNT)  # what the fleet no longer earns
+    customer_amount = models.DecimalField(**AMOUNT)  # the customer's part given back
+    currency = models.CharField(max_length=3)
+    in_place = models.BooleanField()
+    payout = models.ForeignKey(
+        Payout, null=True, blank=True, on_delete=models.PROTECT, related_name="deductions"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(seconds__gt=0), name="deduction_seconds_pos"),
+            models.CheckConstraint(
+                condition=models.Q(amount__gte=0), name="deduction_amount_nonneg"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(customer_amount__gte=0), name="deduction_customer_nonneg"
+            ),
+        ]
+        indexes = [models.Index(fields=["fleet", "payout"])]
+
+    def __str__(self) -> str:
+        return f"Deduction of {self.amount} {self.currency} from {self.payable_id}"
 
 
 class BillingProfile(models.Model):

@@ -19,6 +19,16 @@ def on_order_delivered(sender, order_id, **kwargs) -> None:
     enqueue_or_leave_to_sweeper(tasks.order_fleet_payables, str(order_id))
 
 
+def on_order_hours_excluded(sender, order_id, job_ids=(), credit=False, **kwargs) -> None:
+    # The fleet is not paid for excluded episodes (a payable recorded already is reversed).
+    enqueue_or_leave_to_sweeper(tasks.order_payables_reconcile, str(order_id))
+    if credit:  # the customer is credited for those hours (a pro rata refund)
+        enqueue_or_leave_to_sweeper(tasks.order_credit, str(order_id))
+
+
 def connect() -> None:
+    signals.order_hours_excluded.connect(
+        on_order_hours_excluded, dispatch_uid="billing.order_hours_excluded"
+    )
     signals.order_cancelled.connect(on_order_cancelled, dispatch_uid="billing.order_cancelled")
     signals.order_delivered.connect(on_order_delivered, dispatch_uid="billing.order_delivered")

@@ -69,3 +69,18 @@ def payout_run() -> dict:
         return {"skipped": "Stripe is not configured"}
     run = payout_run(triggered_by="beat")
     return {"run": str(run.id), **run.report}
+
+
+@shared_task(**task_options())
+def order_payables_reconcile(order_id: str) -> list[str]:
+    from billing.services.payables import payables_reconcile
+
+    return [str(d.id) for d in payables_reconcile(order_id=order_id)]
+
+
+@shared_task(**task_options())
+def order_credit(order_id: str) -> str | None:
+    from billing.services.refunds import order_credit
+
+    refund = order_credit(order_id=order_id)
+    return str(refund.id) if refund else None

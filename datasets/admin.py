@@ -1,6 +1,6 @@
 from django.contrib import admin, messages
 
-from datasets.models import Delivery, DeliveryFile, DownloadEvent, Episode
+from datasets.models import Delivery, DeliveryFile, DownloadEvent, Episode, EpisodeExclusion
 from datasets.services.downloads import delivery_revoke
 
 
@@ -67,6 +67,33 @@ class DownloadEventAdmin(admin.ModelAdmin):
     list_display = ["created_at", "delivery", "path", "actor_label", "ip_address"]
     list_select_related = ["delivery"]
     readonly_fields = [f.name for f in DownloadEvent._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(EpisodeExclusion)
+class EpisodeExclusionAdmin(admin.ModelAdmin):
+    """The append-only audit of exclusions (staff exclude at /staff/orders/<id>/exclusions/)."""
+
+    list_display = [
+        "created_at",
+        "order",
+        "episode",
+        "operator",
+        "scope",
+        "reason_code",
+        "actor_label",
+    ]
+    list_filter = ["scope", "remedy", "reason_code"]
+    search_fields = ["=order__id", "=episode__id", "operator"]
+    readonly_fields = [f.name for f in EpisodeExclusion._meta.fields]
 
     def has_add_permission(self, request):
         return False

@@ -8,9 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from datasets import selectors
-from datasets.models import Delivery, DeliveryFile, Episode, EpisodeVideo
-from datasets.services.deliveries import pilot_review
-from datasets.services.downloads import delivery_download_link, delivery_revoke
+from datasets.models import Episode, EpisodeVideo
 from datasets.services.episodes import (
     EpisodeRegistration,
     UploadInstructions,
@@ -20,10 +18,9 @@ from datasets.services.episodes import (
     episode_renew_upload,
 )
 from fleets.models import Job
-from marketplace.client_address import client_address
 from marketplace.errors import NotFound
 from marketplace.idempotency import idempotent_response
-from marketplace.permissions import CanOrder, FleetOperatorApi, IsCustomer, IsOrganizationOwner
+from marketplace.permissions import FleetOperatorApi, IsCustomer
 from marketplace.tenancy import caller_for_request
 from marketplace.throttling import CallerRateThrottle
 from orders.selectors import order_list
@@ -423,155 +420,3 @@ class OrderEpisodeList(generics.ListAPIView):
                 status=Episode.Status.REJECTED, qa_failures__contains=[{"code": reason}]
             )
         return episodes
-
-
-# --- Customers: deliveries -------------------------------------------------------------------
-
-
-class DeliveryFileSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = DeliveryFile
-        fields = ["path", "size_bytes", "sha256"]
-        read_only_fields = fields
-
-
-class DeliverySerializer(serializers.ModelSerializer):
-    order = serializers.UUIDField(source="order_id", read_only=True)
-    revoked = serializers.BooleanField(source="is_revoked", read_only=True)
-
-    class Meta:
-        model = Delivery
-        fields = [
-            "id",
-            "order",
-            "kind",
-            "status",
-            "episodes",
-            "frames",
-            "seconds",
-            "review",
-            "review_reason",
-            "reviewed_at",
-            "revoked",
-            "revoked_at",
-            "failure_reason",
-            "created_at",
-            "ready_at",
-        ]
-        read_only_fields = fields
-
-
-class CustomerApi:
-    permission_classes = [IsAuthenticated, IsCustomer]
-    throttle_classes = [CallerRateThrottle]
-
-    @property
-    def organization(self):
-        return caller_for_request(self.request).organization
-
-
-class OrderDeliveryList(CustomerApi, generics.ListAPIView):
-    serializer_class = DeliverySerializer
-
-    def get_queryset(self):
-        if getattr(self, "swagger_fake_view", False):
-            return Delivery.objects.none()
-        order = order_list(organization=self.organization).filter(pk=self.kwargs["pk"]).first()
-        if order is None:
-            raise NotFound("Order not found.")
-        return Delivery.objects.filter(order=order)
-
-
-class DeliveryDetail(CustomerApi, generics.RetrieveAPIView):
-    serializer_class = DeliverySerializer
-
-    def get_queryset(self):
-        return Delivery.objects.filter(order__organization=self.organization)
-
-
-class DeliveryFileList(CustomerApi, generics.ListAPIView):
-    serializer_class = DeliveryFileSerializer
-    pagination_class = None
-
-    def get_queryset(self):
-        if getattr(self, "swagger_fake_view", False):
-            return DeliveryFile.objects.none()
-        delivery = Delivery.objects.filter(
-            pk=self.kwargs["pk"], order__organization=self.organization
-        ).first()
-        if delivery is None:
-            raise NotFound("Delivery not found.")
-        return DeliveryFile.objects.filter(delivery=delivery)
-
-
-class DeliveryDownload(CustomerApi, APIView):
-    @extend_schema(
-        parameters=[
-            OpenApiParameter(
-                "path", str, description="A file of the delivery; default manifest.json"
-            )
-        ],
-        responses={302: None},
-        summary="Redirect to a freshly signed, short-lived link to one file (recorded)",
-    )
-    def get(self, request, pk):
-        caller = caller_for_request(request)
-        link = delivery_download_link(
-            caller=caller,
-            delivery_id=pk,
-            path=request.query_params.get("path", "manifest.json"),
-            ip_address=client_address(request),
-            user_agent=request.headers.get("User-Agent", ""),
-        )
-        response = Response(status=status.HTTP_302_FOUND, headers={"Location": link.url})
-        response["Cache-Control"] = "no-store"
-        return response
-
-
-class DeliveryRevoke(CustomerApi, APIView):
-    permission_classes = [IsAuthenticated, IsCustomer, IsOrganizationOwner]
-
-    @extend_schema(request=None, responses=DeliverySerializer, summary="Stop issuing links at once")
-    def post(self, request, pk):
-        delivery = delivery_revoke(delivery_id=pk, caller=caller_for_request(request))
-        return Response(DeliverySerializer(delivery).data)
-
-
-class PilotReviewSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=5000, required=False, default="", allow_blank=True)
-
-
-class PilotDecision(CustomerApi, APIView):
-    """Approve (releases the held jobs) or reject (keeps the reason) a pilot delivery."""
-
-    permission_classes = [IsAuthenticated, IsCustomer, CanOrder]
-    approve: bool
-
-    def post(self, request, pk):
-        serializer = PilotReviewSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        delivery = pilot_review(
-            caller=caller_for_request(request),
-            delivery_id=pk,
-            approve=self.approve,
-            reason=serializer.validated_data["reason"],
-        )
-        return Response(DeliverySerializer(delivery).data)
-
-
-@extend_schema_view(
-    post=extend_schema(
-        request=PilotReviewSerializer, responses=DeliverySerializer, summary="Approve the pilot"
-    )
-)
-class PilotApprove(PilotDecision):
-    approve = True
-
-
-@extend_schema_view(
-    post=extend_schema(
-        request=PilotReviewSerializer, responses=DeliverySerializer, summary="Reject the pilot"
-    )
-)
-class PilotReject(PilotDecision):
-    approve = False

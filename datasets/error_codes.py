@@ -7,14 +7,30 @@ from marketplace.error_codes import register
 
 @register
 class ErrorCode(models.TextChoices):
+    ACCEPTANCE_WINDOW_CLOSED = (
+        "acceptance_window_closed",
+        "The delivery's acceptance window is over: its episodes can no longer be rejected.",
+    )
     ALREADY_REVIEWED = "already_reviewed", "The pilot was already reviewed."
     ARCHIVE_TOO_LARGE = (
         "archive_too_large",
         "The delivery is too large for a single archive: use the download command.",
     )
+    EPISODE_NOT_ACCEPTED = (
+        "episode_not_accepted",
+        "Only accepted episodes can be excluded or rejected.",
+    )
+    EXCLUSION_NOT_ALLOWED = (
+        "exclusion_not_allowed",
+        "The order's state does not allow excluding episodes now (see the message).",
+    )
     EXPORT_REFUSED = "export_refused", "The bucket export cannot start (see the fields)."
     DELIVERY_NOT_READY = "delivery_not_ready", "The delivery is not ready yet."
     DELIVERY_REVOKED = "delivery_revoked", "The delivery was revoked: no new links are issued."
+    DELIVERY_SUPERSEDED = (
+        "delivery_superseded",
+        "A newer version of this delivery replaces it.",
+    )
     DUPLICATE_EPISODE = (
         "duplicate_episode",
         "The same file was already uploaded or accepted in this order.",

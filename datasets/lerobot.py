@@ -92,6 +92,19 @@ class _FeatureStats:
         return stats
 
 
+def _extra_column(name: str, values: list) -> pa.Array:
+    """One more meta/episodes column (LeRobot loads extra columns there): the videos' indexes
+    (int64) and timestamps (float64), and the curation columns: text (the operator) or
+    measurements (float64; null where nothing was measured)."""
+    if name.endswith("timestamp"):
+        return pa.array(values, pa.float64())
+    if any(isinstance(v, str) for v in values):
+        return pa.array([None if v is None else str(v) for v in values], pa.string())
+    if any(isinstance(v, float) for v in values) or any(v is None for v in values):
+        return pa.array([None if v is None else float(v) for v in values], pa.float64())
+    return pa.array(values, pa.int64())
+
+
 @dataclass
 class EpisodeRecord:
     episode_index: int
@@ -311,10 +324,7 @@ class LeRobotWriter:
                 "meta/episodes/chunk_index": pa.array([0] * len(self.episodes), pa.int64()),
                 "meta/episodes/file_index": pa.array([0] * len(self.episodes), pa.int64()),
                 **{
-                    name: pa.array(
-                        [e.extra[name] for e in self.episodes],
-                        pa.float64() if name.endswith("timestamp") else pa.int64(),
-                    )
+                    name: _extra_column(name, [e.extra.get(name) for e in self.episodes])
                     for name in self.episodes[0].extra
                 },
             }

@@ -16,6 +16,9 @@ class Episode(models.Model):
         UPLOADED = "uploaded", "Uploaded (QA queued)"
         ACCEPTED = "accepted", "Accepted"
         REJECTED = "rejected", "Rejected"
+        # Accepted, then excluded by the customer or staff (datasets/services/exclusions.py):
+        # no longer counted, paid or delivered; its file still counts as seen (duplicates).
+        EXCLUDED = "excluded", "Excluded"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="episodes")
@@ -113,6 +116,56 @@ class Episode(models.Model):
         return Decimal("0")
 
 
+class ExclusionReason(models.TextChoices):
+    """Why an accepted episode was excluded (words for pages in portal/wording.py)."""
+
+    OPERATOR_HABITS = "operator_habits", "The operator's demonstrations are not usable"
+    IDLE = "idle", "Too much idle time"
+    JERKY = "jerky", "Jerky or unsafe motion"
+    WRONG_TASK = "wrong_task", "Not the task asked for"
+    FAILED_TASK = "failed_task", "The task was not achieved"
+    CAMERA = "camera", "Camera view unusable"
+    LOW_QUALITY = "low_quality", "Quality below what the order needs"
+    OTHER = "other", "Other (see the note)"
+
+
+class EpisodeExclusion(AppendOnlyModel):
+    """An accepted episode taken out of its order: by staff or the customer, one episode or all
+    of an operator's, in the pilot review or in the acceptance window after delivery. Append-
+    only; one per episode (excluding it again changes nothing)."""
+
+    class Scope(models.TextChoices):
+        EPISODE = "episode", "Episodes excluded"
+        OPERATOR = "operator", "An operator excluded"
+        PILOT_REVIEW = "pilot_review", "Pilot rejected for re-collection"
+        ACCEPTANCE = "acceptance", "Rejected after delivery"
+
+    class Remedy(models.TextChoices):
+        RECOLLECT = "recollect", "Re-collected"
+        CREDIT = "credit", "Credited"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    episode = models.OneToOneField(Episode, on_delete=models.PROTECT, related_name="exclusion")
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="exclusions")
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="exclusions")
+    operator = models.CharField(max_length=64)
+    scope = models.CharField(max_length=20, choices=Scope.choices)
+    remedy = models.CharField(max_length=10, choices=Remedy.choices, default=Remedy.RECOLLECT)
+    reason_code = models.CharField(max_length=30, choices=ExclusionReason.choices)
+    note = models.TextField(blank=True)
+    # The episode's time that no longer counts (what its job and order lost).
+    seconds = models.DecimalField(max_digits=12, decimal_places=3)
+    actor_label = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["order", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.episode_id} excluded ({self.reason_code}) by {self.actor_label}"
+
+
 class EpisodeVideo(models.Model):
     """One camera's video of an episode (issue 15): its own upload, like the episode's parquet
     (fresh `upload_key` per URL handed out, copied to `stored_key` before QA reads it). What QA
@@ -149,7 +202,12 @@ class EpisodeVideo(models.Model):
 
 
 class Delivery(models.Model):
-    """A LeRobot v3.0 dataset assembled in storage under `prefix`, for a pilot or the order."""
+    """A LeRobot v3.0 dataset assembled in storage under `prefix`, for a pilot or the order.
+
+    Versioned per order and kind (v1, v2, ...): a new version is assembled when episodes were
+    excluded or rejected (and re-collected), or when the customer asks for a filtered one.
+    Every version keeps its own prefix, files and manifest, and its links keep working until
+    it is revoked; `superseded_at` marks a version a newer one replaces (or will replace)."""
 
     class Kind(models.TextChoices):
         PILOT = "pilot", "Pilot"
@@ -169,6 +227,18 @@ class Delivery(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="deliveries")
     kind = models.CharField(max_length=10, choices=Kind.choices)
+    version = models.PositiveIntegerField(default=1)
+    previous = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    version_reason = models.CharField(max_length=500, blank=True)
+    # What this version keeps of the accepted episodes: {"min_quality": float,
+    # "exclude_operators": [pseudonym, ...]}; {} keeps every accepted episode.
+    filters = models.JSONField(default=dict, blank=True)
+    superseded_at = models.DateTimeField(null=True, blank=True)
+    # The episodes this version holds, in episode_index order (set when it is ready): what the
+    # customer may reject in the acceptance window.
+    episode_ids = models.JSONField(default=list, blank=True)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.ASSEMBLING)
     prefix = models.CharField(max_length=300)
     episodes = models.PositiveIntegerField(default=0)
@@ -177,6 +247,7 @@ class Delivery(models.Model):
     failure_reason = models.TextField(blank=True)
     review = models.CharField(max_length=20, choices=Review.choices, default=Review.NOT_NEEDED)
     review_reason = models.TextField(blank=True)
+    review_codes = models.JSONField(default=list, blank=True)  # ExclusionReason values
     reviewed_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     revoked_by = models.CharField(max_length=200, blank=True)
@@ -190,16 +261,24 @@ class Delivery(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
-            # One live delivery per order and kind; a failed one may be followed by another.
+            # One live delivery per order, kind and version; a failed one may be followed by
+            # another of the same version.
             models.UniqueConstraint(
-                fields=["order", "kind"],
+                fields=["order", "kind", "version"],
                 condition=~models.Q(status="failed"),
-                name="delivery_one_live_per_kind",
+                name="delivery_one_live_per_version",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(version__gte=1), name="delivery_version_positive"
             ),
         ]
 
     def __str__(self) -> str:
-        return f"{self.get_kind_display()} delivery {self.id} ({self.status})"
+        return f"{self.get_kind_display()} delivery v{self.version} {self.id} ({self.status})"
+
+    @property
+    def is_latest(self) -> bool:
+        return self.superseded_at is None
 
     @property
     def is_revoked(self) -> bool:

@@ -1,6 +1,6 @@
 """Per-operator figures (issue 16): across orders for the fleet, per order for the customer.
 
-Each figure set is one aggregate query over the checked episodes (accepted or rejected),
+Each figure set is one aggregate query over the checked episodes (accepted, rejected, excluded),
 grouped by fleet and operator pseudonym (a pseudonym is unique within a fleet; a fleet that
 registered its operators has them as entities, the others keep free-text pseudonyms):
 episodes, acceptance rate, success rate (successful among the accepted), mean duration and
@@ -25,7 +25,9 @@ from fleets.models import Operator
 from marketplace.models import Organization
 from orders.models import Order
 
-CHECKED = (Episode.Status.ACCEPTED, Episode.Status.REJECTED)
+# Excluded episodes (accepted, then excluded by the customer or staff) count as checked and
+# not accepted: an excluded operator's figures show it.
+CHECKED = (Episode.Status.ACCEPTED, Episode.Status.REJECTED, Episode.Status.EXCLUDED)
 ACCEPTED = Q(status=Episode.Status.ACCEPTED)
 
 

@@ -5,11 +5,14 @@ the dataset files; the manifest cannot list itself). `README.md` is the dataset 
 """
 
 import hashlib
+import itertools
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
+
+import numpy as np
 
 from datasets import storage
 
@@ -56,6 +59,43 @@ class VideoFacts:
         )
 
 
+QUALITY_BINS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
+@dataclass(frozen=True)
+class QualityFacts:
+    """The distribution of content QA's quality score over the delivered episodes."""
+
+    scored: int  # episodes with a score (checked by content QA)
+    minimum: float
+    median: float
+    mean: float
+    maximum: float
+    quartiles: tuple[float, float]  # 25th and 75th percentiles
+    histogram: tuple[tuple[str, int], ...]  # ("0.8-0.9", episodes)
+    mean_idle_fraction: float | None
+    median_jerk: float | None
+
+    @classmethod
+    def of(cls, scores: list[float], idle: list[float], jerk: list[float]) -> "QualityFacts | None":
+        if not scores:
+            return None
+        values = np.asarray(scores, dtype=np.float64)
+        counts, _ = np.histogram(values, bins=QUALITY_BINS)
+        labels = [f"{lo:.1f}-{hi:.1f}" for lo, hi in itertools.pairwise(QUALITY_BINS)]
+        return cls(
+            scored=len(scores),
+            minimum=round(float(values.min()), 4),
+            median=round(float(np.median(values)), 4),
+            mean=round(float(values.mean()), 4),
+            maximum=round(float(values.max()), 4),
+            quartiles=tuple(round(float(q), 4) for q in np.percentile(values, [25, 75])),
+            histogram=tuple(zip(labels, (int(c) for c in counts), strict=True)),
+            mean_idle_fraction=round(float(np.mean(idle)), 4) if idle else None,
+            median_jerk=round(float(np.median(jerk)), 4) if jerk else None,
+        )
+
+
 @dataclass(frozen=True)
 class DatasetCardFacts:
     title: str
@@ -80,6 +120,9 @@ class DatasetCardFacts:
     order_id: str = ""
     videos: tuple[VideoFacts, ...] = ()
     vectors: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (feature, element names)
+    quality: QualityFacts | None = None
+    version: int = 1
+    filters: dict = field(default_factory=dict)  # what this version keeps (see the manifest)
 
 
 # Characters that make HTML, links, images, code, tables or headings of plain text (":" too:
@@ -134,6 +177,7 @@ def render_dataset_card(facts: DatasetCardFacts) -> str:
     ]
     for reason, count in sorted(facts.qa_rejections_by_reason.items()):
         lines.append(f"  - {md(reason)}: {count}")
+    lines += _quality_lines(facts)
     lines += _stream_lines(facts)
     lines += ["", "## Provenance", ""]
     if facts.provenance:
@@ -146,6 +190,42 @@ def render_dataset_card(facts: DatasetCardFacts) -> str:
         lines.append("No provenance recorded.")
     lines += ["", "`manifest.json` lists every file with its size and SHA-256.", ""]
     return "\n".join(lines)
+
+
+def _quality_lines(facts: DatasetCardFacts) -> list[str]:
+    lines = []
+    if facts.version > 1 or facts.filters:
+        lines += ["", f"Version {facts.version} of this dataset."]
+        if facts.filters.get("min_quality") is not None:
+            lines.append(
+                f"Only episodes with a quality score of at least {facts.filters['min_quality']}."
+            )
+        if facts.filters.get("exclude_operators"):
+            names = ", ".join(md(n) for n in facts.filters["exclude_operators"])
+            lines.append(f"Without the episodes of operators {names}.")
+    quality = facts.quality
+    if quality is None:
+        return lines
+    lines += [
+        "",
+        "## Quality",
+        "",
+        "Content QA scores every episode from 0 to 1 (the mean of activity, action-state",
+        "consistency and smoothness); `meta/episodes` carries each episode's `quality_score`,",
+        "`idle_fraction`, `jerk` and `operator` (a pseudonym).",
+        "",
+        f"- scored episodes: {quality.scored}",
+        f"- quality score: min {quality.minimum}, 25 % {quality.quartiles[0]}, median "
+        f"{quality.median}, 75 % {quality.quartiles[1]}, max {quality.maximum} (mean "
+        f"{quality.mean})",
+    ]
+    if quality.mean_idle_fraction is not None:
+        lines.append(f"- mean idle fraction: {quality.mean_idle_fraction}")
+    if quality.median_jerk is not None:
+        lines.append(f"- median jerk (RMS, state units/s^3): {quality.median_jerk}")
+    lines += ["", "| Quality score | Episodes |", "|---|---|"]
+    lines += [f"| {label} | {count} |" for label, count in quality.histogram]
+    return lines
 
 
 def _stream_lines(facts: DatasetCardFacts) -> list[str]:

@@ -167,8 +167,25 @@ def order_environment_hours(order: Order) -> list[Decimal]:
 
 
 def order_deliveries(*, order: Order) -> QuerySet[Delivery]:
-    """An order's deliveries (pilot and final) with their files, for the order page."""
-    return Delivery.objects.filter(order=order).prefetch_related("files")
+    """An order's deliveries (pilot and final, every version, newest first) with their files,
+    for the order page."""
+    return (
+        Delivery.objects.filter(order=order)
+        .order_by("kind", "-version", "-created_at")
+        .prefetch_related("files")
+    )
+
+
+def latest_deliveries(*, order: Order) -> QuerySet[Delivery]:
+    """The newest version of each kind of an order's deliveries (a failed attempt only when no
+    later one exists), for the API's default listing and the order page."""
+    newest = (
+        Delivery.objects.filter(order=order)
+        .order_by("kind", "-version", "-created_at")
+        .distinct("kind")
+        .values("pk")
+    )
+    return Delivery.objects.filter(pk__in=newest).order_by("kind")
 
 
 def deliveries_of(*, organization: Organization) -> QuerySet[Delivery]:

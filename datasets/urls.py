@@ -1,6 +1,6 @@
 from django.urls import path
 
-from datasets import api, api_operators
+from datasets import api, api_deliveries, api_exclusions, api_operators
 
 # Mounted under /api/v1/fleet/ (fleet-operator keys).
 fleet_urlpatterns = [
@@ -31,12 +31,42 @@ urlpatterns = [
         name="order-operator-figures",
     ),
     path(
-        "orders/<uuid:pk>/deliveries", api.OrderDeliveryList.as_view(), name="order-delivery-list"
+        "orders/<uuid:pk>/deliveries",
+        api_deliveries.OrderDeliveryList.as_view(),
+        name="order-delivery-list",
     ),
-    path("deliveries/<uuid:pk>", api.DeliveryDetail.as_view(), name="delivery-detail"),
-    path("deliveries/<uuid:pk>/files", api.DeliveryFileList.as_view(), name="delivery-files"),
-    path("deliveries/<uuid:pk>/download", api.DeliveryDownload.as_view(), name="delivery-download"),
-    path("deliveries/<uuid:pk>/revoke", api.DeliveryRevoke.as_view(), name="delivery-revoke"),
-    path("deliveries/<uuid:pk>/approve", api.PilotApprove.as_view(), name="delivery-approve"),
-    path("deliveries/<uuid:pk>/reject", api.PilotReject.as_view(), name="delivery-reject"),
+    path(
+        "orders/<uuid:pk>/exclusions",
+        api_exclusions.OrderExclusions.as_view(),
+        name="order-exclusions",
+    ),
+    path("deliveries/<uuid:pk>", api_deliveries.DeliveryDetail.as_view(), name="delivery-detail"),
+    path(
+        "deliveries/<uuid:pk>/files",
+        api_deliveries.DeliveryFileList.as_view(),
+        name="delivery-files",
+    ),
+    path(
+        "deliveries/<uuid:pk>/download",
+        api_deliveries.DeliveryDownload.as_view(),
+        name="delivery-download",
+    ),
+    path(
+        "deliveries/<uuid:pk>/reject-episodes",
+        api_exclusions.DeliveryRejectEpisodes.as_view(),
+        name="delivery-reject-episodes",
+    ),
+    path(
+        "deliveries/<uuid:pk>/revoke",
+        api_deliveries.DeliveryRevoke.as_view(),
+        name="delivery-revoke",
+    ),
+    path(
+        "deliveries/<uuid:pk>/approve",
+        api_deliveries.PilotApprove.as_view(),
+        name="delivery-approve",
+    ),
+    path(
+        "deliveries/<uuid:pk>/reject", api_deliveries.PilotReject.as_view(), name="delivery-reject"
+    ),
 ]

@@ -190,6 +190,7 @@ SPECTACULAR_SETTINGS = {
         "PaymentStatusEnum": "billing.models.Payment.Status",
         "EpisodeStatusEnum": "datasets.models.Episode.Status",
         "DeliveryStatusEnum": "datasets.models.Delivery.Status",
+        "DeliveryKindEnum": "datasets.models.Delivery.Kind",
         "UploadMethodEnum": "datasets.api.UPLOAD_METHODS",
         "PaymentMethodEnum": "billing.models.Payment.Method",
     },
@@ -404,6 +405,9 @@ EPISODE_QA_PLATFORM_DUPLICATES = env_bool("EPISODE_QA_PLATFORM_DUPLICATES", True
 # Operator outliers within an order (datasets/operator_figures.py): among operators with at
 # least MIN_EPISODES checked episodes, flagged when the mean quality score is below RATIO x
 # the order's median, or the acceptance rate more than GAP below the order's median.
+# After a full delivery the customer may reject delivered episodes for this many days (re-
+# collected or credited; datasets/services/acceptance.py).
+DELIVERY_ACCEPTANCE_DAYS = int(os.environ.get("DELIVERY_ACCEPTANCE_DAYS", "14"))
 OPERATOR_OUTLIER_MIN_EPISODES = int(os.environ.get("OPERATOR_OUTLIER_MIN_EPISODES", "3"))
 OPERATOR_OUTLIER_QUALITY_RATIO = float(os.environ.get("OPERATOR_OUTLIER_QUALITY_RATIO", "0.8"))
 OPERATOR_OUTLIER_ACCEPTANCE_GAP = float(os.environ.get("OPERATOR_OUTLIER_ACCEPTANCE_GAP", "0.2"))

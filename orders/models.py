@@ -380,7 +380,9 @@ ORDER_TRANSITIONS: dict[str, frozenset[str]] = {
     # in_review: a pilot (or the full set) is with the customer; approval goes back to collection.
     S.IN_COLLECTION: frozenset({S.IN_REVIEW, S.CANCELLED}),
     S.IN_REVIEW: frozenset({S.IN_COLLECTION, S.DELIVERED, S.CANCELLED}),
-    S.DELIVERED: frozenset({S.CLOSED, S.REFUNDED}),
+    # delivered -> in_collection: delivered episodes were excluded and their hours go back
+    # to collection (a new version of the dataset follows).
+    S.DELIVERED: frozenset({S.IN_COLLECTION, S.CLOSED, S.REFUNDED}),
     S.CLOSED: frozenset(),
     S.CANCELLED: frozenset({S.REFUNDED}),
     S.REFUNDED: frozenset(),

@@ -439,6 +439,17 @@ def order_resume_collection(*, order_id, caller: Caller, reason: str) -> Order:
     )
 
 
+def order_recollect(*, order_id, actor_label: str, reason: str) -> Order:
+    """Accepted episodes were excluded (in review or after delivery): their hours are collected
+    again. An order already in collection stays there."""
+    return order_transition(
+        order_id=order_id,
+        to_status=Order.Status.IN_COLLECTION,
+        actor_label=actor_label,
+        reason=reason,
+    )
+
+
 def order_mark_delivered(*, order_id, actor_label: str, reason: str) -> Order:
     """The full dataset is ready for the customer."""
     return order_transition(

@@ -7,3 +7,6 @@ from django.dispatch import Signal
 order_paid = Signal()
 order_cancelled = Signal()
 order_delivered = Signal()
+# kwargs: order_id, job_ids (whose accepted seconds went down: excluded episodes), credit
+# (True: the customer is credited for those hours instead of their re-collection)
+order_hours_excluded = Signal()

@@ -4,7 +4,17 @@ marketplace/urls.py. The API, the admin, probes and the Stripe webhook are wired
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal.views import accounts, billing, deliveries, fleet, media, operators, orders, staff
+from portal.views import (
+    accounts,
+    billing,
+    deliveries,
+    exclusions,
+    fleet,
+    media,
+    operators,
+    orders,
+    staff,
+)
 
 urlpatterns = [
     # Accounts: home, sign up, log in and out, API keys (owners)
@@ -59,6 +69,11 @@ urlpatterns = [
     path("orders/<uuid:pk>/", orders.order_detail, name="order-detail-page"),
     path("orders/<uuid:pk>/live/", orders.order_live, name="order-live-page"),
     path("orders/<uuid:pk>/episodes/", orders.order_episodes, name="order-episodes-page"),
+    path(
+        "orders/<uuid:pk>/exclusions/",
+        exclusions.order_exclusions_page,
+        name="order-exclusions-page",
+    ),
     path(
         "orders/<uuid:pk>/episodes/<uuid:episode_pk>/",
         media.episode_detail,
@@ -120,6 +135,11 @@ urlpatterns = [
     path("staff/", staff.attention, name="staff-attention"),
     path("staff/dispatch/", staff.dispatch_board, name="staff-dispatch"),
     path("staff/jobs/<uuid:pk>/redispatch/", staff.job_redispatch_page, name="staff-redispatch"),
+    path(
+        "staff/orders/<uuid:pk>/exclusions/",
+        exclusions.staff_order_exclusions_page,
+        name="staff-order-exclusions-page",
+    ),
     path(
         "staff/deliveries/<uuid:pk>/retry/", staff.delivery_retry_page, name="staff-delivery-retry"
     ),

@@ -60,6 +60,23 @@ QA_FLAGS = {
     "idle_tail": "The robot is idle for a while at the end.",
 }
 
+# Why a customer or staff excluded accepted episodes, or rejected them after delivery
+# (datasets.models.ExclusionReason).
+EXCLUSION_REASONS = {
+    "operator_habits": "The operator's demonstrations are not usable (habits, style).",
+    "idle": "The robot stands still for too much of the episode.",
+    "jerky": "The motion is jerky or unsafe.",
+    "wrong_task": "The episode does not show the task that was ordered.",
+    "failed_task": "The task was not achieved.",
+    "camera": "A camera's view is unusable (blocked, out of frame, too dark).",
+    "low_quality": "The quality is below what the order needs.",
+    "other": "Another reason (see the note).",
+}
+
+
+def exclusion_reason_text(code: str) -> str:
+    return EXCLUSION_REASONS.get(code, code)
+
 
 def qa_flag_text(code: str) -> str:
     return QA_FLAGS.get(code, code)

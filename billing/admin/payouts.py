@@ -9,6 +9,7 @@ from billing.admin.common import CsvExportMixin, ReadOnlyAdmin, StaffActionsRead
 from billing.models import (
     FleetPayable,
     FleetPayoutAccount,
+    PayableDeduction,
     Payout,
     PayoutRun,
 )
@@ -275,3 +276,22 @@ class PayoutRunAdmin(ReadOnlyAdmin):
     @admin.display(description="skipped fleets")
     def skipped(self, run: PayoutRun) -> int:
         return len((run.report or {}).get("skipped", []))
+
+
+@admin.register(PayableDeduction)
+class PayableDeductionAdmin(admin.ModelAdmin):
+    """Payables reversed for excluded episodes: in place before payout, else carried until a
+    later payout of the fleet subtracts them."""
+
+    list_display = ["created_at", "fleet", "order", "seconds", "amount", "in_place", "payout"]
+    list_filter = ["in_place", "currency"]
+    readonly_fields = [f.name for f in PayableDeduction._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -7,8 +7,8 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from billing.ledger import post_payable
-from billing.models import BillingFlag, FleetPayable
+from billing.ledger import post_deduction, post_payable
+from billing.models import BillingFlag, FleetPayable, PayableDeduction
 from billing.services.flags import flag_raise
 from billing.services.payments import succeeded_payment
 from billing.services.refunds import prorata_refund
@@ -167,6 +167,10 @@ def payables_check_invariant(*, order: Order, fleet_id=None) -> bool:
     payables (of `fleet_id` only, when given: a payout run holds only the rows it locked) are
     held, so payout runs skip them, and staff are flagged. True when the invariant holds."""
     total = FleetPayable.objects.filter(order=order).aggregate(total=Sum("amount"))["total"]
+    carried = PayableDeduction.objects.filter(order=order, in_place=False).aggregate(
+        total=Sum("amount")
+    )["total"]
+    total = (total or ZERO) - (carried or ZERO)
     revenue = order_net_revenue(order)
     if (total or ZERO) <= revenue:
         return True
@@ -200,3 +204,66 @@ def payables_release_hold(*, payable_ids: list) -> int:
         .exclude(hold_reason="")
         .update(hold_reason="", hold_released_at=timezone.now())
     )
+
+
+def payables_reconcile(*, order_id) -> list[PayableDeduction]:
+    """Episodes were excluded: each of the order's payables whose job is now paid for less time
+    than it was recorded with is reversed by the difference, once (the order and payable rows
+    locked; running it again finds nothing left to reverse). Unpaid, the payable itself is
+    reduced; paid, the amount is carried as a deduction on the fleet's next payout."""
+    with transaction.atomic():
+        order = Order.objects.select_for_update().get(pk=order_id)
+        payables = (
+            FleetPayable.objects.select_for_update(of=("self",))
+            .filter(order=order)
+            .select_related("job", "fleet")
+            .order_by("pk")
+        )
+        created = [d for d in (_payable_reduce(p) for p in payables) if d is not None]
+        if created:
+            payables_check_invariant(order=order)
+    return created
+
+
+def _payable_reduce(payable: FleetPayable) -> PayableDeduction | None:
+    carried = payable.deductions.filter(in_place=False).aggregate(
+        seconds=Sum("seconds"), amount=Sum("amount"), customer=Sum("customer_amount")
+    )
+    basis = payable.accepted_seconds - (carried["seconds"] or ZERO)
+    lost = basis - paid_seconds(payable.job)
+    if lost <= 0 or basis <= 0:
+        return None
+    amount_left = payable.amount - (carried["amount"] or ZERO)
+    customer_left = payable.customer_amount - (carried["customer"] or ZERO)
+    if lost >= basis:
+        amount, customer = amount_left, customer_left
+    else:
+        amount = min(
+            amount_left,
+            payable_amount(
+                accepted_seconds=lost,
+                rate_per_hour=payable.rate_per_hour,
+                currency=payable.currency,
+            ),
+        )
+        customer = min(
+            customer_left, quantize_money(customer_left * lost / basis, payable.currency)
+        )
+    in_place = payable.payout_id is None
+    deduction = PayableDeduction.objects.create(
+        payable=payable,
+        fleet=payable.fleet,
+        order_id=payable.order_id,
+        seconds=min(lost, basis),
+        amount=amount,
+        customer_amount=customer,
+        currency=payable.currency,
+        in_place=in_place,
+    )
+    if in_place:
+        payable.accepted_seconds -= deduction.seconds
+        payable.amount -= amount
+        payable.customer_amount -= customer
+        payable.save(update_fields=["accepted_seconds", "amount", "customer_amount"])
+    post_deduction(deduction)
+    return deduction

@@ -10,7 +10,14 @@ from django.utils import timezone
 from billing import stripe_gateway as gateway
 from billing.error_codes import ErrorCode
 from billing.ledger import post_payout
-from billing.models import BillingFlag, FleetPayable, FleetPayoutAccount, Payout, PayoutRun
+from billing.models import (
+    BillingFlag,
+    FleetPayable,
+    FleetPayoutAccount,
+    PayableDeduction,
+    Payout,
+    PayoutRun,
+)
 from billing.services.flags import flag_raise
 from billing.services.payables import payables_check_invariant
 from fleets.models import Fleet
@@ -43,6 +50,13 @@ def payout_plan() -> list[PayoutPlanRow]:
         .annotate(total=models.Sum("amount"), n=models.Count("id"))
         .order_by("fleet_id", "currency")
     )
+    carried = {
+        (row["fleet_id"], row["currency"]): row["total"]
+        for row in PayableDeduction.objects.filter(in_place=False, payout__isnull=True)
+        .values("fleet_id", "currency")
+        .annotate(total=models.Sum("amount"))
+        .order_by()
+    }
     fleets = Fleet.objects.in_bulk([row["fleet_id"] for row in rows])
     accounts = dict(
         FleetPayoutAccount.objects.filter(fleet_id__in=fleets).values_list(
@@ -53,7 +67,8 @@ def payout_plan() -> list[PayoutPlanRow]:
         PayoutPlanRow(
             fleet=fleets[row["fleet_id"]],
             currency=row["currency"],
-            amount=row["total"],
+            # less the deductions carried from excluded episodes (payout_prepare's rule)
+            amount=row["total"] - carried.get((row["fleet_id"], row["currency"]), ZERO),
             payables=row["n"],
             stripe_account_id=accounts.get(row["fleet_id"], ""),
         )
@@ -100,14 +115,24 @@ def payout_prepare(*, fleet_id, run: PayoutRun | None = None) -> list[Payout]:
             by_currency.setdefault(payable.currency, []).append(payable)
         payouts = []
         for currency, group in sorted(by_currency.items()):
+            # Deductions carried from payables already paid (excluded episodes) come off.
+            carried = list(
+                PayableDeduction.objects.select_for_update()
+                .filter(fleet_id=fleet_id, currency=currency, in_place=False, payout__isnull=True)
+                .order_by("pk")
+            )
+            amount = sum((p.amount for p in group), ZERO) - sum((d.amount for d in carried), ZERO)
+            if amount <= 0:
+                continue  # carried on: the fleet's later payables pay it back
             payout = Payout.objects.create(
                 fleet_id=fleet_id,
                 run=run,
                 stripe_account_id=account.stripe_account_id,
-                amount=sum((p.amount for p in group), ZERO),
+                amount=amount,
                 currency=currency,
             )
             FleetPayable.objects.filter(pk__in=[p.pk for p in group]).update(payout=payout)
+            PayableDeduction.objects.filter(pk__in=[d.pk for d in carried]).update(payout=payout)
             payouts.append(payout)
     return payouts
 
@@ -151,6 +176,7 @@ def _payout_send(*, payout_id) -> tuple[Payout, bool]:
             payout.failure_message = str(exc)[:2000]
             payout.save(update_fields=["status", "attempts", "failure_message", "updated_at"])
             FleetPayable.objects.filter(payout=payout).update(payout=None)
+            PayableDeduction.objects.filter(payout=payout).update(payout=None)
             flag_raise(
                 kind=BillingFlag.Kind.PAYOUT_FAILED,
                 dedupe_key=f"payout-failed:{payout.id}",

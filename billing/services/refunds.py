@@ -264,6 +264,35 @@ def order_trueup(*, order_id) -> Refund | None:
     )
 
 
+def order_credit(*, order_id) -> Refund | None:
+    """Delivered episodes were rejected in the acceptance window and credited: refund, pro
+    rata, the hours ordered that are no longer kept, less what was refunded already (the
+    true-up's and earlier credits'). Keyed by the hours kept, so a repeat refunds nothing."""
+    order = Order.objects.get(pk=order_id)
+    if order.status not in (Order.Status.DELIVERED, Order.Status.CLOSED):
+        return None
+    payment = succeeded_payment(order)
+    paid = payment.amount if payment else order.total
+    amount = prorata_refund(
+        paid=paid,
+        currency=order.currency,
+        hours_ordered=order.hours,
+        hours_kept=order.accepted_hours,
+        already_refunded=payment.amount_refunded if payment else ZERO,
+    )
+    plan = RefundPlan(
+        amount=amount,
+        hours_kept=order.accepted_hours,
+        why=f"delivered episodes rejected: {order.accepted_hours} of {order.hours} h kept",
+    )
+    return _refund_or_flag(
+        order=order,
+        plan=plan,
+        key=f"credit:{order.id}:{order.accepted_seconds}",
+        reason=Refund.Reason.CREDIT,
+    )
+
+
 def _status_when_cancelled(order: Order) -> str | None:
     event = (
         OrderEvent.objects.filter(order=order, to_status=Order.Status.CANCELLED)

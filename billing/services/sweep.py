@@ -6,7 +6,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from billing import tasks
-from billing.models import BillingFlag, Payment, Refund, WebhookEvent
+from billing.models import BillingFlag, FleetPayable, Payment, Refund, WebhookEvent
 from billing.services.flags import flag_raise
 from billing.services.payables import PAYABLE_STATES
 from marketplace.queueing import enqueue_or_leave_to_sweeper
@@ -42,19 +42,7 @@ def billing_sweep(*, now=None) -> dict[str, int]:
     )
     for pk in refunds:
         enqueue_or_leave_to_sweeper(tasks.refund_submit, str(pk))
-    # Delivered (or cancelled after dispatch) orders whose payables a lost task never recorded.
-    orders = list(
-        Order.objects.filter(
-            status__in=PAYABLE_STATES,
-            updated_at__lt=stale,
-            jobs__accepted_seconds__gt=0,
-            jobs__payable__isnull=True,
-        )
-        .values_list("pk", flat=True)
-        .distinct()[:100]
-    )
-    for pk in orders:
-        enqueue_or_leave_to_sweeper(tasks.order_fleet_payables, str(pk))
+    orders, reversals = _sweep_payables(stale)
     # Cancelled or delivered orders (of the last two days) whose refund was never computed:
     # the broker was down when the order changed state. Both tasks are idempotent (refund
     # keys are unique), so an order that needs no refund is just looked at again.
@@ -89,4 +77,35 @@ def billing_sweep(*, now=None) -> dict[str, int]:
         "payables": len(orders),
         "cancellation_refunds": len(cancelled),
         "trueups": len(short),
+        "payable_reversals": len(reversals),
     }
+
+
+def _sweep_payables(stale) -> tuple[list, list]:
+    """Queue the payables a lost task never recorded, and the reversals a lost message never
+    made; returns the orders queued for each."""
+    # Delivered (or cancelled after dispatch) orders whose payables a lost task never recorded.
+    orders = list(
+        Order.objects.filter(
+            status__in=PAYABLE_STATES,
+            updated_at__lt=stale,
+            jobs__accepted_seconds__gt=0,
+            jobs__payable__isnull=True,
+        )
+        .values_list("pk", flat=True)
+        .distinct()[:100]
+    )
+    for pk in orders:
+        enqueue_or_leave_to_sweeper(tasks.order_fleet_payables, str(pk))
+    # Payables whose job lost accepted time (excluded episodes) but whose first reversal a lost
+    # message never recorded (payables_reconcile is idempotent: a repeat reverses nothing).
+    reversals = list(
+        FleetPayable.objects.filter(
+            job__accepted_seconds__lt=F("accepted_seconds"), deductions__isnull=True
+        )
+        .values_list("order_id", flat=True)
+        .distinct()[:100]
+    )
+    for pk in reversals:
+        enqueue_or_leave_to_sweeper(tasks.order_payables_reconcile, str(pk))
+    return orders, reversals

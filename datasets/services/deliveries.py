@@ -16,15 +16,25 @@ from datasets import storage, tasks
 from datasets.error_codes import ErrorCode
 from datasets.lerobot import LeRobotWriter
 from datasets.lerobot_videos import DatasetVideos, VideoAssemblyError
-from datasets.models import DELIVERY_TRANSITIONS, Delivery, DeliveryFile, Episode
+from datasets.models import (
+    DELIVERY_TRANSITIONS,
+    Delivery,
+    DeliveryFile,
+    Episode,
+    EpisodeExclusion,
+    ExclusionReason,
+)
 from datasets.packaging import (
     DatasetCardFacts,
     Provenance,
+    QualityFacts,
     VideoFacts,
     upload_tree,
     write_delivery_files,
 )
+from datasets.services.delivery_versions import DeliveryFilters
 from datasets.services.downloads import customer_delivery
+from datasets.services.exclusions import episodes_exclude
 from fleets.services.planning import order_release_remaining
 from marketplace.audit import actor_label, system_label
 from marketplace.errors import Conflict, invalid
@@ -39,31 +49,11 @@ from orders.services import order_mark_delivered, order_resume_collection
 SYSTEM = system_label("qa")
 
 
-def delivery_start(*, order_id, kind: str) -> Delivery:
-    """Open (once) the delivery of an order's pilot or full dataset; assembly runs after commit."""
-    with transaction.atomic():
-        order = Order.objects.select_for_update().get(pk=order_id)
-        existing = (
-            Delivery.objects.filter(order=order, kind=kind)
-            .exclude(status=Delivery.Status.FAILED)
-            .first()
-        )
-        if existing is not None:
-            return existing
-        delivery = Delivery(order=order, kind=kind)
-        delivery.prefix = f"deliveries/{order.id}/{delivery.id}"
-        if kind == Delivery.Kind.PILOT:
-            delivery.review = Delivery.Review.PENDING
-        delivery.save(force_insert=True)
-        # Broker down: an assembling delivery is queued again by delivery_sweep.
-        enqueue_on_commit(tasks.delivery_assemble, delivery.id)
-    return delivery
-
-
 def _delivery_episodes(delivery: Delivery):
     episodes = Episode.objects.filter(order=delivery.order, status=Episode.Status.ACCEPTED)
     if delivery.kind == Delivery.Kind.PILOT:
         episodes = episodes.filter(job__is_pilot=True)
+    episodes = DeliveryFilters.of(delivery).apply(episodes)
     episodes = episodes.select_related("site", "fleet").order_by("decided_at", "id")
     if (delivery.order.stream_spec or {}).get("cameras"):
         episodes = episodes.prefetch_related("videos")
@@ -120,6 +110,7 @@ def _write_dataset(root: Path, delivery: Delivery, episodes, fps: int, streams: 
             record = writer.add_episode(
                 storage.RangeReader(episode.stored_key, size=episode.size_bytes),
                 task=episode.task_instruction,
+                extra=curation_columns(episode),
             )
             if videos is not None:
                 record.extra.update(_episode_videos(videos, episode, record.length))
@@ -133,6 +124,17 @@ def _write_dataset(root: Path, delivery: Delivery, episodes, fps: int, streams: 
     features, stats, summaries = videos.finish()
     writer.finish(video_features=features, video_stats=stats)
     return writer, summaries
+
+
+def curation_columns(episode: Episode) -> dict:
+    """The per-episode quality columns of meta/episodes (content QA's measurements; null for
+    an episode checked before content QA) and the operator's pseudonym."""
+    return {
+        "quality_score": episode.quality_score,
+        "idle_fraction": episode.idle_fraction,
+        "jerk": episode.jerk,
+        "operator": episode.operator,
+    }
 
 
 def _episode_videos(videos: DatasetVideos, episode: Episode, length: int) -> dict:
@@ -178,7 +180,8 @@ def _card_facts(
     return DatasetCardFacts(
         title=(
             f"{order.task_type.name}, {order.embodiment.name}"
-            f" ({delivery.get_kind_display().lower()})"
+            f" ({delivery.get_kind_display().lower()}"
+            + (f", version {delivery.version})" if delivery.version > 1 else ")")
         ),
         task=order.task_type.name,
         embodiment=order.embodiment.name,
@@ -241,9 +244,21 @@ def delivery_assemble(*, delivery_id) -> Delivery:
             facts,
             videos=tuple(VideoFacts.of(camera) for camera in cameras),
             vectors=tuple((key, tuple(names)) for key, names in streams.vectors.items()),
+            quality=QualityFacts.of(
+                [e.quality_score for e in episodes if e.quality_score is not None],
+                [e.idle_fraction for e in episodes if e.idle_fraction is not None],
+                [e.jerk for e in episodes if e.jerk is not None],
+            ),
+            version=delivery.version,
+            filters=dict(delivery.filters or {}),
         )
         extra = {"order": str(delivery.order_id), "delivery": str(delivery.id)}
         extra["kind"] = delivery.kind
+        extra["dataset_version"] = delivery.version
+        if delivery.previous_id:
+            extra["previous_delivery"] = str(delivery.previous_id)
+        if delivery.filters:
+            extra["filters"] = delivery.filters
         if cameras:
             extra["videos"] = cameras
         manifest = write_delivery_files(root, facts, extra=extra)
@@ -303,6 +318,7 @@ def _delivery_ready(
         delivery_move(delivery, Delivery.Status.READY)
         delivery.ready_at = timezone.now()
         delivery.episodes = len(episodes)
+        delivery.episode_ids = [str(e.id) for e in episodes]
         delivery.frames = frames
         delivery.seconds = sum((e.duration_seconds for e in episodes), Decimal(0))
         delivery.save()
@@ -341,7 +357,8 @@ def delivery_notify(*, delivery_id) -> int:
         sent = 0
         if recipients:
             sent = send_mail(
-                subject=f"Your {what} for order {delivery.order_id} is ready",
+                subject=f"Your {what} for order {delivery.order_id} is ready"
+                + (f" (version {delivery.version})" if delivery.version > 1 else ""),
                 message=(
                     f"{delivery.episodes} episodes,"
                     f" {(delivery.seconds / 3600).quantize(Decimal('0.01'))} h.\n"
@@ -381,6 +398,7 @@ def _webhook_record(delivery: Delivery) -> bool:
             "order": str(delivery.order_id),
             "delivery": str(delivery.id),
             "kind": delivery.kind,
+            "version": delivery.version,
             "episodes": delivery.episodes,
             "seconds": str(delivery.seconds),
             "files": f"/api/v1/deliveries/{delivery.id}/files",
@@ -391,29 +409,45 @@ def _webhook_record(delivery: Delivery) -> bool:
     return True
 
 
-def pilot_review(*, caller: Caller, delivery_id, approve: bool, reason: str = "") -> Delivery:
+def _check_codes(codes, recollect: bool) -> list[str]:
+    codes = list(dict.fromkeys(codes or []))
+    unknown = [c for c in codes if c not in ExclusionReason.values]
+    if unknown:
+        raise invalid("reason_codes", f"Unknown: {', '.join(map(str, unknown))}.")
+    if recollect and not codes:
+        raise invalid("reason_codes", "Name at least one reason to ask for re-collection.")
+    return codes
+
+
+def pilot_review(
+    *,
+    caller: Caller,
+    delivery_id,
+    approve: bool,
+    reason: str = "",
+    reason_codes=(),
+    recollect: bool = False,
+    episode_ids=(),
+) -> Delivery:
     """The customer approves the pilot (the rest of the order is dispatched) or rejects it
-    (the reason is kept and staff are told; they settle the order with the customer)."""
+    with a reason and reason codes: staff are told, and with `recollect` the pilot's episodes
+    (all, or `episode_ids`) are excluded and collected again, then delivered as the pilot's
+    next version for review."""
     with transaction.atomic():
         delivery = customer_delivery(
             organization=caller.organization, delivery_id=delivery_id, lock=True
         )
-        if delivery.kind != Delivery.Kind.PILOT:
-            raise Conflict("Only a pilot delivery is reviewed.", code=ErrorCode.NOT_A_PILOT)
-        if delivery.status != Delivery.Status.READY:
-            raise Conflict("The pilot is not ready yet.", code=ErrorCode.DELIVERY_NOT_READY)
-        if delivery.review != Delivery.Review.PENDING:
-            raise Conflict(
-                f"This pilot was already {delivery.review}.", code=ErrorCode.ALREADY_REVIEWED
-            )
+        _check_reviewable(delivery)
         if not approve and not reason.strip():
             raise invalid("reason", "Say why the pilot is rejected.")
         if "\x00" in reason:  # the web form passes it raw; PostgreSQL refuses it (was a 500)
             raise invalid("reason", "Null characters are not allowed.")
+        codes = [] if approve else _check_codes(reason_codes, recollect)
         delivery.review = Delivery.Review.APPROVED if approve else Delivery.Review.REJECTED
         delivery.review_reason = reason.strip()
+        delivery.review_codes = codes
         delivery.reviewed_at = timezone.now()
-        delivery.save(update_fields=["review", "review_reason", "reviewed_at"])
+        delivery.save(update_fields=["review", "review_reason", "review_codes", "reviewed_at"])
         if approve:
             order_resume_collection(
                 order_id=delivery.order_id,
@@ -421,13 +455,52 @@ def pilot_review(*, caller: Caller, delivery_id, approve: bool, reason: str = ""
                 reason="Pilot approved; the rest of the order is dispatched.",
             )
             order_release_remaining(order_id=delivery.order_id, actor_label=actor_label(caller))
-        else:
-            transaction.on_commit(
-                lambda: mail_admins(
-                    f"Pilot rejected for order {delivery.order_id}",
-                    f"Delivery {delivery.id} rejected by {actor_label(caller)}:"
-                    f" {delivery.review_reason}",
-                    fail_silently=True,
-                )
+            return delivery
+        if recollect:
+            _pilot_recollect(caller, delivery, codes, episode_ids)
+        transaction.on_commit(
+            lambda: mail_admins(
+                f"Pilot rejected for order {delivery.order_id}",
+                f"Delivery {delivery.id} rejected by {actor_label(caller)}"
+                f" ({', '.join(codes) or 'no code'}"
+                f"{', re-collection asked' if recollect else ''}): {delivery.review_reason}",
+                fail_silently=True,
             )
+        )
     return delivery
+
+
+def _check_reviewable(delivery: Delivery) -> None:
+    if delivery.kind != Delivery.Kind.PILOT:
+        raise Conflict("Only a pilot delivery is reviewed.", code=ErrorCode.NOT_A_PILOT)
+    if delivery.status != Delivery.Status.READY:
+        raise Conflict("The pilot is not ready yet.", code=ErrorCode.DELIVERY_NOT_READY)
+    if delivery.superseded_at is not None:
+        raise Conflict(
+            f"Version {delivery.version} of this pilot is replaced by a newer one: review "
+            "that one.",
+            code=ErrorCode.DELIVERY_SUPERSEDED,
+        )
+    if delivery.review != Delivery.Review.PENDING:
+        raise Conflict(
+            f"This pilot was already {delivery.review}.", code=ErrorCode.ALREADY_REVIEWED
+        )
+
+
+def _pilot_recollect(caller: Caller, delivery: Delivery, codes: list[str], episode_ids) -> None:
+    """Exclude the rejected pilot episodes (all of the pilot's, or the named ones, which must
+    be this pilot's) so they are collected again."""
+    pilot = Episode.objects.filter(
+        order_id=delivery.order_id, job__is_pilot=True, status=Episode.Status.ACCEPTED
+    )
+    ids = [str(pk) for pk in (episode_ids or pilot.values_list("pk", flat=True))]
+    if episode_ids and pilot.filter(pk__in=ids).count() != len(set(ids)):
+        raise invalid("episodes", "Name accepted episodes of this pilot.")
+    episodes_exclude(
+        caller=caller,
+        order_id=delivery.order_id,
+        episode_ids=ids,
+        reason_code=codes[0],
+        note=delivery.review_reason,
+        scope=EpisodeExclusion.Scope.PILOT_REVIEW,
+    )

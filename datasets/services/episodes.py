@@ -157,7 +157,9 @@ def _check_room(*, job: Job, registration: EpisodeRegistration) -> None:
     flight, and a file already accepted (or awaiting QA) in the order is refused at once."""
     twin = (
         Episode.objects.filter(order_id=job.order_id, sha256=registration.sha256)
-        .filter(status__in=[Episode.Status.UPLOADED, Episode.Status.ACCEPTED])
+        .filter(
+            status__in=[Episode.Status.UPLOADED, Episode.Status.ACCEPTED, Episode.Status.EXCLUDED]
+        )
         .values_list("id", flat=True)
         .first()
     )

@@ -22,7 +22,7 @@ from datasets.models import Delivery, Episode, EpisodeVideo
 from datasets.qa_checks import EpisodeExpectation, QAResult, Reason
 from datasets.qa_content import ContentThresholds
 from datasets.qa_sandbox import StoredVideo, check_stored_episode_bounded
-from datasets.services.deliveries import delivery_start
+from datasets.services.delivery_versions import delivery_start
 from datasets.services.episode_files import video_stored_key
 from datasets.services.episodes import WORKING_JOB_STATES, stored_key_for
 from fleets.models import Job
@@ -224,6 +224,11 @@ def _record_content(episode: Episode, result: QAResult) -> None:
     episode.content_fingerprint, episode.content_fingerprint_alt = result.fingerprints
 
 
+# A file or trajectory counts once per order: accepted, or accepted then excluded (an excluded
+# episode sent again is not paid again).
+COUNTED_ONCE = (Episode.Status.ACCEPTED, Episode.Status.EXCLUDED)
+
+
 def near_duplicate_of(episode: Episode) -> Episode | None:
     """An accepted episode with the same trajectory fingerprint (either grid): in the order
     first, then (EPISODE_QA_PLATFORM_DUPLICATES) anywhere; two indexed equality lookups."""
@@ -234,6 +239,12 @@ def near_duplicate_of(episode: Episode) -> Episode | None:
     )
     accepted = Episode.objects.filter(same, status=Episode.Status.ACCEPTED).exclude(pk=episode.pk)
     found = accepted.filter(order_id=episode.order_id).only("id", "order_id").first()
+    if found is None:  # an excluded trajectory does not come back either
+        found = (
+            Episode.objects.filter(same, order_id=episode.order_id, status=Episode.Status.EXCLUDED)
+            .only("id", "order_id")
+            .first()
+        )
     if found is None and settings.EPISODE_QA_PLATFORM_DUPLICATES:
         found = accepted.only("id", "order_id").first()
     return found
@@ -246,7 +257,7 @@ def _refuse_if_not_countable(*, episode: Episode, job: Job, result: QAResult) ->
         )
     elif (
         Episode.objects.filter(
-            order_id=episode.order_id, sha256=episode.sha256, status=Episode.Status.ACCEPTED
+            order_id=episode.order_id, sha256=episode.sha256, status__in=COUNTED_ONCE
         )
         .exclude(pk=episode.pk)
         .exists()

@@ -3,10 +3,11 @@
 import math
 from datetime import UTC, datetime, timedelta
 from datetime import time as dtime
-from decimal import Decimal
+from decimal import ROUND_UP, Decimal
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from fleets import tasks
@@ -154,3 +155,44 @@ def order_release_remaining(*, order_id, actor_label: str = SYSTEM) -> list:
             released.append(str(job.pk))
             enqueue_on_commit(tasks.job_dispatch, str(job.pk))
     return released
+
+
+def job_recollect(*, job_id, seconds: Decimal, actor_label: str, reason: str) -> Job | None:
+    """`seconds` of a job's accepted time were excluded: collect them again.
+
+    A job still collecting (or held for the pilot) simply has that much more to fill. A
+    completed one is final (its payable is its own), so a new job of the same environment and
+    phase takes the hours (rounded up to the hundredth of an hour) and is dispatched; returned.
+    A cancelled job's hours are not re-collected."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().select_related("order__rate_card").get(pk=job_id)
+        if job.status != Job.Status.COMPLETED or seconds <= 0:
+            return None
+        Order.objects.select_for_update().filter(pk=job.order_id).first()
+        hours = max(Decimal("0.01"), (seconds / 36).to_integral_value(rounding=ROUND_UP) / 100)
+        sequence = Job.objects.filter(order_id=job.order_id).aggregate(n=Max("sequence"))["n"]
+        deadline = max(job.deadline, _job_deadline(job.order))
+        extra = Job.objects.create(
+            order_id=job.order_id,
+            sequence=sequence + 1,
+            environment_index=job.environment_index,
+            is_pilot=job.is_pilot,
+            embodiment_id=job.embodiment_id,
+            end_effector=job.end_effector,
+            sensor_slugs=list(job.sensor_slugs),
+            site_kinds=list(job.site_kinds),
+            target_hours=hours,
+            deadline=deadline,
+            status=Job.Status.OPEN,
+        )
+        JobEvent.objects.create(
+            job=extra,
+            from_status="",
+            to_status=extra.status,
+            actor_label=actor_label,
+            reason=f"Re-collection of {seconds} s excluded from job #{job.sequence}: {reason}"[
+                :2000
+            ],
+        )
+        enqueue_on_commit(tasks.job_dispatch, str(extra.pk))
+    return extra

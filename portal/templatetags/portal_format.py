@@ -11,6 +11,7 @@ from django import template
 from orders.money import format_money, format_rate
 from portal.wording import (
     duration_text,
+    exclusion_reason_text,
     humanize_seconds,
     qa_flag_text,
     qa_reason_text,
@@ -78,3 +79,9 @@ def line_text(line):
     names = dict(Embodiment.objects.values_list("slug", "name"))
     names.update(SensorAddon.objects.values_list("slug", "name"))
     return readable_line(line.get("description") or line.get("code", ""), names)
+
+
+@register.filter
+def exclusion_reason(code):
+    """An exclusion's reason code in words."""
+    return exclusion_reason_text(str(code))

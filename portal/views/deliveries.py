@@ -22,6 +22,7 @@ from marketplace.errors import NotFound, ServiceError
 from marketplace.models import Membership, Organization
 from portal.forms.deliveries import BucketExportForm
 from portal.shell import CAN_ORDER, confirm_page, confirmed, organization_page, render_page
+from portal.wording import EXCLUSION_REASONS
 
 CUSTOMER = Organization.Kind.CUSTOMER
 JOB_PAGE_EPISODES = 200
@@ -59,7 +60,11 @@ def order_quality_section(request, order, export_forms: dict | None = None) -> d
         "coverage": selectors.order_coverage(order=order),
         "deliveries": delivered,
         "downloads": downloads_,
+        "older_versions": sum(
+            1 for d in delivered if not d.is_latest and d.status != Delivery.Status.ASSEMBLING
+        ),
         "can_review": caller.has_role(*CAN_ORDER),
+        "exclusion_reasons": list(EXCLUSION_REASONS.items()),
         "can_revoke": caller.has_role(Membership.Role.OWNER),
     }
 
@@ -103,16 +108,22 @@ def pilot_review_page(request, pk):
             delivery_id=pk,
             approve=approve,
             reason=request.POST.get("reason", ""),
+            reason_codes=request.POST.getlist("reason_codes"),
+            recollect=not approve and request.POST.get("recollect") == "yes",
         )
     except NotFound as exc:
         raise Http404(exc.message) from exc
     except ServiceError as exc:
-        messages.error(request, exc.message)
+        detail = " ".join(m for ms in (exc.fields or {}).values() for m in ms)
+        messages.error(request, f"{exc.message} {detail}".strip())
     else:
+        recollect = request.POST.get("recollect") == "yes"
         messages.success(
             request,
             "Pilot approved: the rest of the order is being dispatched."
             if approve
+            else "Pilot rejected: it is collected again and delivered as a new version."
+            if recollect
             else "Pilot rejected: our staff will contact you.",
         )
     return _back_to_order(request, pk)

@@ -14,7 +14,7 @@ from billing.models import BillingFlag
 from billing.services import flags, payments
 from datasets import selectors as dataset_selectors
 from datasets.models import Delivery
-from datasets.services.deliveries import delivery_start
+from datasets.services.delivery_versions import delivery_start
 from fleets import selectors as fleet_selectors
 from fleets.models import Job
 from fleets.services.jobs import job_redispatch

@@ -9,7 +9,13 @@ from django.db.models import Sum
 
 from billing import tasks
 from billing.ledger import balances
-from billing.models import BillingFlag, FleetPayable, LedgerEntry, LedgerTransaction
+from billing.models import (
+    BillingFlag,
+    FleetPayable,
+    LedgerEntry,
+    LedgerTransaction,
+    PayableDeduction,
+)
 from billing.services.payables import allocate, order_fleet_payables
 from billing.services.refunds import order_trueup, refund_record_success
 from billing.services.sweep import billing_sweep
@@ -197,3 +203,21 @@ def test_allocation_always_adds_up():
     # then
     assert parts == [Decimal("33.34"), Decimal("33.33"), Decimal("33.33")]
     assert allocate(total=Decimal("7"), weights=[Decimal("2")], currency="JPY") == [Decimal("7")]
+
+
+@pytest.mark.django_db
+def test_the_sweep_reverses_a_payable_whose_exclusion_message_was_lost(eager_celery):
+    fleet = FleetFactory()
+    order = delivered_order(jobs=[(fleet, "3600")])
+    (payable,) = order_fleet_payables(order_id=order.id)
+    job = order.jobs.get()
+    job.accepted_seconds = Decimal("1800")  # episodes excluded; the broker lost the message
+    job.save(update_fields=["accepted_seconds"])
+    # when
+    result = billing_sweep()
+    # then
+    assert result["payable_reversals"] == 1
+    payable.refresh_from_db()
+    assert payable.accepted_seconds == Decimal("1800.000")
+    assert PayableDeduction.objects.filter(payable=payable, in_place=True).count() == 1
+    assert billing_sweep()["payable_reversals"] == 0  # reversed once

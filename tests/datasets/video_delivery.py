@@ -140,7 +140,7 @@ def accepted_episode(collection: Collection, columns: dict, videos: dict, task: 
 def assemble(collection: Collection, capture):
     """Open and assemble (eagerly) the order's full delivery."""
     from datasets.models import Delivery
-    from datasets.services.deliveries import delivery_start
+    from datasets.services.delivery_versions import delivery_start
 
     with capture(execute=True):
         delivery = delivery_start(order_id=collection.order.id, kind=Delivery.Kind.FULL)

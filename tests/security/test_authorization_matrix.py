@@ -159,6 +159,13 @@ API = {
     (f"{V1}/orders/{{id}}/cancel", "post"): Rule(CUSTOMER, "order", CAN_WORK, {"reason": "x"}),
     (f"{V1}/orders/{{id}}/coverage", "get"): Rule(CUSTOMER, "reviewed_order"),
     (f"{V1}/orders/{{id}}/deliveries", "get"): Rule(CUSTOMER, "reviewed_order"),
+    (f"{V1}/orders/{{id}}/deliveries", "post"): Rule(
+        CUSTOMER, "reviewed_order", CAN_WORK, {"kind": "full", "filters": {"min_quality": 0.5}}
+    ),
+    (f"{V1}/orders/{{id}}/exclusions", "get"): Rule(CUSTOMER, "reviewed_order"),
+    (f"{V1}/orders/{{id}}/exclusions", "post"): Rule(
+        CUSTOMER, "reviewed_order", CAN_WORK, {"episodes": [], "reason_code": "idle"}
+    ),
     (f"{V1}/orders/{{id}}/episodes", "get"): Rule(CUSTOMER, "reviewed_order"),
     (f"{V1}/orders/{{id}}/operators", "get"): Rule(CUSTOMER, "reviewed_order"),
     (f"{V1}/orders/{{id}}/payments", "get"): Rule(CUSTOMER, "order"),
@@ -170,6 +177,12 @@ API = {
     (f"{V1}/deliveries/{{id}}/files", "get"): Rule(CUSTOMER, "delivery"),
     (f"{V1}/deliveries/{{id}}/download", "get"): Rule(CUSTOMER, "delivery"),
     (f"{V1}/deliveries/{{id}}/revoke", "post"): Rule(CUSTOMER, "delivery", (OWNER,)),
+    (f"{V1}/deliveries/{{id}}/reject-episodes", "post"): Rule(
+        CUSTOMER,
+        "delivery",
+        CAN_WORK,
+        {"episodes": ["00000000-0000-0000-0000-000000000000"], "reason_code": "idle"},
+    ),
     (f"{V1}/deliveries/{{id}}/approve", "post"): Rule(CUSTOMER, "delivery", CAN_WORK, {}),
     (f"{V1}/deliveries/{{id}}/reject", "post"): Rule(
         CUSTOMER, "delivery", CAN_WORK, {"reason": "not what we asked for"}
@@ -376,7 +389,7 @@ class Page:
         return CUSTOMER if self.audience == PUBLIC else self.audience
 
 
-ORDERING_PAGES = {"order-new", "order-new-quote", "order-cancel-page"}
+ORDERING_PAGES = {"order-new", "order-new-quote", "order-cancel-page", "order-exclusions-page"}
 FLEET_MANAGING_PAGES = {
     "fleet-new-page",
     "fleet-edit-page",
@@ -429,6 +442,7 @@ NOT_WALKED |= {
     "staff-delivery-retry",
     "staff-flag-resolve",
     "staff-bank-transfer",
+    "staff-order-exclusions-page",  # tests/web/test_exclusion_page.py
 }
 # an accepted episode's page, poster and clip (tenancy, roles, anonymous, audit):
 # tests/web/test_episode_media.py

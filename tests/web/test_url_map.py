@@ -38,6 +38,7 @@ CUSTOMER_PAGES = {
     "order-detail-page": "order",
     "order-live-page": "order",  # the order page's live parts (JSON)
     "order-episodes-page": "order",
+    "order-exclusions-page": "order",  # exclude episodes or an operator (issue 16)
     "invoice-page": "order",  # billing: the order's invoice
     "invoice-pdf-page": "order",
 }
@@ -94,6 +95,7 @@ NOT_PAGES = {
     "staff-delivery-retry",
     "staff-flag-resolve",
     "staff-bank-transfer",
+    "staff-order-exclusions-page",  # tests/web/test_exclusion_page.py
 }
 
 

@@ -1,0 +1,177 @@
+"""The customer's exclusion page of an order: its operators (figures and outlier flags), a
+form to exclude an operator or episodes with a reason (asked again before it acts), and the
+order's exclusions so far. Thin: datasets.services.exclusions does the work."""
+
+from django.contrib import messages
+from django.http import Http404
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods
+
+from datasets.models import Episode, EpisodeExclusion, ExclusionReason
+from datasets.operator_figures import order_operator_figures
+from datasets.services.acceptance import delivery_reject_episodes
+from datasets.services.delivery_versions import acceptance_deadline, latest_full_delivery
+from datasets.services.exclusions import episodes_exclude
+from marketplace.audit import user_label
+from marketplace.errors import NotFound, ServiceError
+from marketplace.models import Organization
+from orders.models import Order
+from orders.selectors import order_list
+from portal.shell import (
+    CAN_ORDER,
+    confirm_page,
+    confirmed,
+    organization_page,
+    render_page,
+    staff_page,
+)
+from portal.wording import EXCLUSION_REASONS, duration_text
+
+CUSTOMER = Organization.Kind.CUSTOMER
+
+
+def _order(request, pk):
+    order = order_list(organization=request.caller.organization).filter(pk=pk).first()
+    if order is None:
+        raise Http404("Order not found.")
+    return order
+
+
+def _episode_ids(raw: str) -> list[str]:
+    return [part for part in raw.replace(",", " ").split() if part]
+
+
+@require_http_methods(["GET", "POST"])
+@organization_page(kind=CUSTOMER, roles=CAN_ORDER)
+def order_exclusions_page(request, pk):
+    order = _order(request, pk)
+    if request.method == "POST":
+        return _exclude(request, order)
+    return _page(request, order, staff=False)
+
+
+@require_http_methods(["GET", "POST"])
+@staff_page
+def staff_order_exclusions_page(request, pk):
+    """Staff exclude episodes of any order (not bound by the acceptance window); the hours
+    are re-collected."""
+    order = Order.objects.filter(pk=pk).first()
+    if order is None:
+        raise Http404("Order not found.")
+    if request.method == "POST":
+        return _exclude(request, order, staff=True)
+    return _page(request, order, staff=True)
+
+
+def _page(request, order, *, staff: bool):
+    delivered = None
+    if not staff and order.status == Order.Status.DELIVERED:
+        delivered = latest_full_delivery(order)
+    return render_page(
+        request,
+        "portal/deliveries/exclusions.html",
+        {
+            "order": order,
+            "operators": order_operator_figures(order=order),
+            "reasons": [(code, EXCLUSION_REASONS[code]) for code in ExclusionReason.values],
+            "exclusions": list(EpisodeExclusion.objects.filter(order=order)[:500]),
+            "accepted": Episode.objects.filter(order=order, status=Episode.Status.ACCEPTED).count(),
+            "delivered": delivered,
+            "acceptance_until": acceptance_deadline(delivered) if delivered else None,
+            "remedies": EpisodeExclusion.Remedy.choices,
+            "staff": staff,
+        },
+    )
+
+
+def _exclude(request, order, *, staff: bool = False):
+    post = request.POST
+    operator = post.get("operator", "").strip()
+    episodes = _episode_ids(post.get("episodes", ""))
+    reason = post.get("reason_code", "")
+    back = reverse(
+        "staff-order-exclusions-page" if staff else "order-exclusions-page", args=[order.pk]
+    )
+    if not confirmed(request):
+        what = (
+            f"every accepted episode of operator {operator}"
+            if operator
+            else (f"{len(episodes)} episode{'s' if len(episodes) != 1 else ''}")
+        )
+        return confirm_page(
+            request,
+            title="Exclude these episodes?",
+            message=(
+                f"Exclude {what} from this order ({EXCLUSION_REASONS.get(reason, reason)})? "
+                "They stop counting and are not paid to the fleet; their hours are collected "
+                "again and the dataset is delivered as a new version. This cannot be undone."
+            ),
+            button="Exclude",
+            back_url=back,
+            fields=[
+                ("operator", operator),
+                ("episodes", " ".join(episodes)),
+                ("reason_code", reason),
+                ("note", post.get("note", "")),
+                ("remedy", post.get("remedy", EpisodeExclusion.Remedy.RECOLLECT)),
+            ],
+        )
+    try:
+        if staff:
+            result = episodes_exclude(
+                staff_label=user_label(request.user),
+                order_id=order.pk,
+                operator=operator,
+                episode_ids=episodes,
+                reason_code=reason,
+                note=post.get("note", ""),
+            )
+        else:
+            result = _apply(request, order, operator, episodes, reason)
+    except NotFound as exc:
+        messages.error(request, exc.message)
+    except ServiceError as exc:
+        detail = " ".join(m for ms in (exc.fields or {}).values() for m in ms)
+        messages.error(request, f"{exc.message} {detail}".strip())
+    else:
+        messages.success(
+            request,
+            f"{len(result.excluded)} episode{'s' if len(result.excluded) != 1 else ''} excluded"
+            + (f" ({result.already} already were)" if result.already else "")
+            + f"; {duration_text(result.seconds)} go back to collection.",
+        )
+    return redirect(back)
+
+
+def _apply(request, order, operator: str, episodes: list[str], reason: str):
+    """Before delivery: an exclusion (re-collected). Delivered: a rejection of the latest
+    version's episodes in the acceptance window, re-collected or credited."""
+    note = request.POST.get("note", "")
+    delivered = latest_full_delivery(order) if order.status == Order.Status.DELIVERED else None
+    if delivered is None:
+        return episodes_exclude(
+            caller=request.caller,
+            order_id=order.pk,
+            operator=operator,
+            episode_ids=episodes,
+            reason_code=reason,
+            note=note,
+        )
+    if operator:
+        episodes = [
+            str(pk)
+            for pk in Episode.objects.filter(
+                pk__in=delivered.episode_ids, operator=operator
+            ).values_list("pk", flat=True)
+        ]
+        if not episodes:
+            raise NotFound("No delivered episode of this operator.")
+    return delivery_reject_episodes(
+        caller=request.caller,
+        delivery_id=delivered.id,
+        episode_ids=episodes,
+        reason_code=reason,
+        note=note,
+        remedy=request.POST.get("remedy", EpisodeExclusion.Remedy.RECOLLECT),
+    ).exclusion
