@@ -15,6 +15,7 @@ class ErrorCode(models.TextChoices):
     EXPORT_REFUSED = "export_refused", "The bucket export cannot start (see the fields)."
     DELIVERY_NOT_READY = "delivery_not_ready", "The delivery is not ready yet."
     DELIVERY_REVOKED = "delivery_revoked", "The delivery was revoked: no new links are issued."
+    DUPLICATE_PATH = "duplicate_path", "The same file is asked for twice in one request."
     DUPLICATE_EPISODE = (
         "duplicate_episode",
         "The same file was already uploaded or accepted in this order.",

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from datasets import api, api_operators
+from datasets import api, api_downloads, api_operators
 
 # Mounted under /api/v1/fleet/ (fleet-operator keys).
 fleet_urlpatterns = [
@@ -36,6 +36,11 @@ urlpatterns = [
     path("deliveries/<uuid:pk>", api.DeliveryDetail.as_view(), name="delivery-detail"),
     path("deliveries/<uuid:pk>/files", api.DeliveryFileList.as_view(), name="delivery-files"),
     path("deliveries/<uuid:pk>/download", api.DeliveryDownload.as_view(), name="delivery-download"),
+    path(
+        "deliveries/<uuid:pk>/links",
+        api_downloads.DeliveryDownloadLinks.as_view(),
+        name="delivery-download-links",
+    ),
     path("deliveries/<uuid:pk>/revoke", api.DeliveryRevoke.as_view(), name="delivery-revoke"),
     path("deliveries/<uuid:pk>/approve", api.PilotApprove.as_view(), name="delivery-approve"),
     path("deliveries/<uuid:pk>/reject", api.PilotReject.as_view(), name="delivery-reject"),
