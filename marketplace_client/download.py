@@ -1,8 +1,10 @@
 """`marketplace-download <delivery id>`: a whole delivered dataset onto this machine.
 
-Every file goes through the platform's audited link endpoint
-(`GET /api/v1/deliveries/<id>/download?path=...`, which records the download and answers 302
-to a storage URL signed for minutes); the bytes then come straight from storage. The command
+Every file goes through the platform's audited links: `POST /api/v1/deliveries/<id>/links`
+signs up to 500 files per request (each recorded as a download; the links are valid for
+minutes), fetched ahead in batches while the files download (marketplace_client/links.py);
+the bytes then come straight from storage, each worker thread over its own kept-alive
+connection. The command
 
 - fetches `manifest.json` first and then every file it lists, several at a time;
 - resumes: a finished, verified file is not fetched again (`.marketplace-download.json` in the
@@ -10,7 +12,7 @@ to a storage URL signed for minutes); the bytes then come straight from storage.
   (`<name>.part`) continues from where it stopped with an HTTP Range request;
 - verifies each file's size and SHA-256 against the manifest before moving it into place
   (a mismatch is fetched once more from scratch, then reported);
-- asks for a fresh link when a signed one has expired;
+- asks for a fresh link when a signed one has expired (in the book, or refused by storage);
 - prints where the dataset is and how to load it (`LeRobotDataset(repo_id, root=...)`).
 
 Exit status: 0 every file verified, 1 the platform or storage refused or a file stayed wrong,
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from marketplace_client.http import ApiClient, ApiError, RetryPolicy, TransientError
+from marketplace_client.links import LinkBook, links_requester
 
 log = logging.getLogger("marketplace_client.download")
 
@@ -193,19 +196,28 @@ class DeliveryDownloader:
         self.root = Path(root)
         self.workers = max(1, workers)
         self.quiet = quiet
+        self._request_links = links_requester(client, delivery_id)
+        # refill while a few seconds of work are left: two batches' worth of workers at least
+        self.links = LinkBook(self._request_links, low_water=max(128, 16 * self.workers))
+        self._made_dirs: set[Path] = set()
 
     def _link(self, path: str) -> str:
-        return self.client.redirect_target(f"deliveries/{self.delivery_id}/download", path=path)
+        return self.links.url(path)
 
-    def _fetch(self, entry: FileEntry, progress: Progress | None) -> tuple[str, bool]:
+    def _fetch(self, entry: FileEntry, target: Path, progress: Progress | None) -> tuple[str, bool]:
         """Fetch one file into <target>.part (resuming) and return (sha256, resumed)."""
-        target = safe_target(self.root, entry.path)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.parent not in self._made_dirs:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self._made_dirs.add(target.parent)
         part = target.with_name(target.name + ".part")
-        resumed = part.exists() and part.stat().st_size > 0
-        if part.exists() and part.stat().st_size > entry.size >= 0:
+        try:
+            held = part.stat().st_size
+        except OSError:
+            held = 0
+        if held > entry.size >= 0:
             part.unlink()  # longer than the file can be: start again
-            resumed = False
+            held = 0
+        resumed = held > 0
         for link_try in range(3):
             url = self._link(entry.path)
             try:
@@ -226,7 +238,7 @@ class DeliveryDownloader:
         part = target.with_name(target.name + ".part")
         outcome = "fetched"
         for verify_try in range(2):
-            digest, resumed = self._fetch(entry, progress)
+            digest, resumed = self._fetch(entry, target, progress)
             if resumed and verify_try == 0:
                 outcome = "resumed"
             size = part.stat().st_size
@@ -247,16 +259,13 @@ class DeliveryDownloader:
         raise DownloadFailed(f"{entry.path}: size or SHA-256 differs from the manifest")
 
     def _manifest(self) -> tuple[dict, FileEntry]:
-        listing = self.client.get(f"deliveries/{self.delivery_id}/files")
-        sizes = {item["path"]: int(item["size_bytes"]) for item in listing}
-        if MANIFEST not in sizes:
-            raise DownloadFailed("The delivery lists no manifest.json.")
-        entry = FileEntry(MANIFEST, sizes[MANIFEST], "")
+        first = self._request_links([MANIFEST])  # 404 when the delivery lists no manifest
+        self.links.put(first)
+        entry = FileEntry(MANIFEST, first[MANIFEST].size, "")
         target = safe_target(self.root, MANIFEST)
-        target.parent.mkdir(parents=True, exist_ok=True)
         part = target.with_name(target.name + ".part")
         part.unlink(missing_ok=True)  # the manifest is small: always fetched afresh
-        self._fetch(entry, None)
+        self._fetch(entry, target, None)
         if part.stat().st_size != entry.size:
             raise DownloadFailed("manifest.json's size differs from the delivery's listing.")
         manifest = json.loads(part.read_text())
@@ -286,6 +295,7 @@ class DeliveryDownloader:
         progress.bytes = sum(e.size for e in entries) - sum(e.size for e in todo)
         # Biggest first: the long transfers start at once and small files fill the gaps.
         todo.sort(key=lambda e: -e.size)
+        self.links.queue(entry.path for entry in todo)  # signed ahead in this order
 
         def work(entry: FileEntry) -> str:
             try:

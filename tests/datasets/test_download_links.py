@@ -50,7 +50,7 @@ def test_one_request_signs_every_file_asked_for_and_records_each(
 ):
     # given
     settings.DELIVERY_LINK_EXPIRY_SECONDS = 120
-    paths = sorted(files)[:50] + ["manifest.json"]
+    paths = [*sorted(files)[:50], "manifest.json"]
 
     # when
     response = links(customer.client, delivery.id, paths, HTTP_USER_AGENT="bulk-test/1")
@@ -81,7 +81,7 @@ def test_the_query_count_does_not_grow_with_the_number_of_files(delivery, files,
     assert links(customer.client, delivery.id, ordered[:1]).status_code == 200
     counts = {}
     for size in (2, MAX_LINKS_PER_REQUEST // 2 + 50):
-        paths = (ordered + ["manifest.json"])[:size]
+        paths = [*ordered, "manifest.json"][:size]
         before = DownloadEvent.objects.count()
         with CaptureQueriesContext(connection) as queries:
             response = links(customer.client, delivery.id, paths)
