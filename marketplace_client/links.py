@@ -106,7 +106,7 @@ class LinkBook:
                     found = None
                 if found is not None:
                     mine = found
-                    if not self._fetching and self._pending and len(self._links) < self._low_water:
+                    if self._refill_due():
                         chunk = self._claim(None)
                 elif path in self._queued:
                     if self._fetching:
@@ -128,6 +128,14 @@ class LinkBook:
                 return mine
 
     # --- under the lock ---------------------------------------------------------------------
+
+    def _refill_due(self) -> bool:
+        return (
+            self._error is None
+            and not self._fetching
+            and bool(self._pending)
+            and len(self._links) < self._low_water
+        )
 
     def _requeue_expired(self, first: str) -> None:
         now = self._clock()

@@ -114,17 +114,11 @@ def delivery_download_links(
             for path in paths
         ]
     )
-    links = [
-        BatchLink(
-            file=files[path],
-            url=storage.presigned_get(
-                key=f"{delivery.prefix}/{path}",
-                expires_in=expires_in,
-                download_name=path.rsplit("/", 1)[-1],
-            ),
-        )
-        for path in paths
-    ]
+    urls = storage.presigned_gets(
+        [(f"{delivery.prefix}/{path}", path.rsplit("/", 1)[-1]) for path in paths],
+        expires_in=expires_in,
+    )
+    links = [BatchLink(file=files[path], url=url) for path, url in zip(paths, urls, strict=True)]
     return DownloadLinks(links=links, expires_at=expires_at, expires_in=expires_in)
 
 

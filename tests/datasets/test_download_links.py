@@ -178,3 +178,38 @@ def test_batch_and_one_file_links_share_the_callers_rate(delivery, files, custom
     # then
     assert_error_shape(throttled, 429, "throttled")
     assert DownloadEvent.objects.filter(delivery=delivery).count() == 5
+
+
+@pytest.mark.parametrize(
+    "endpoint, region",
+    [(None, None), ("", "us-east-1"), ("", "eu-west-3")],
+    ids=["local-s3", "aws-us-east-1", "aws-eu-west-3"],
+)
+def test_batch_signing_gives_exactly_the_urls_boto3_gives(endpoint, region, settings, monkeypatch):
+    import datetime
+
+    import botocore.auth
+
+    from datasets import storage
+
+    # given: storage on the local server, or on AWS (signing needs no network)
+    if endpoint is not None:
+        settings.S3_ENDPOINT_URL = endpoint
+        settings.S3_REGION = region
+    frozen = datetime.datetime(2026, 12, 1, 15, 30, 5, tzinfo=datetime.UTC)
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: frozen)
+    items = [
+        ("deliveries/o/d/manifest.json", "manifest.json"),
+        ("deliveries/o/d/data/chunk-000/file 0001+x~y.parquet", 'file 0001+x~y".parquet'),
+        ("deliveries/o/d/meta/épisodes/ß.json", None),
+        ("deliveries/o/d/a%2Fb?c=d#e", "a%2Fb?c=d#e"),
+    ]
+    # when
+    batch = storage.presigned_gets(items, expires_in=300)
+    # then: the same bytes as one boto3 presign per key, at the same instant
+    one_by_one = [
+        storage.presigned_get(key=key, expires_in=300, download_name=name) for key, name in items
+    ]
+    assert batch == one_by_one
+    assert all("X-Amz-Signature=" in url for url in batch)
+    assert storage.presigned_gets([], expires_in=300) == []

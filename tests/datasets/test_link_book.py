@@ -1,0 +1,136 @@
+"""marketplace_client.links.LinkBook: links fetched ahead in batches, each handed out once."""
+
+import threading
+import time
+
+import pytest
+
+from marketplace_client.http import ApiError
+from marketplace_client.links import Link, LinkBook
+
+
+class FakePlatform:
+    """Stands in for POST /deliveries/<id>/links: records every batch asked for."""
+
+    def __init__(self, clock, lifetime=300.0, refuse_after=None, delay=0.0):
+        self.clock = clock
+        self.lifetime = lifetime
+        self.refuse_after = refuse_after
+        self.delay = delay
+        self.batches: list[list[str]] = []
+        self.signed = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, paths):
+        with self.lock:
+            self.batches.append(list(paths))
+            if self.refuse_after is not None and len(self.batches) > self.refuse_after:
+                raise ApiError(409, "delivery_revoked", "This delivery was revoked.")
+            self.signed += 1
+            serial = self.signed
+        time.sleep(self.delay)
+        return {
+            p: Link(p, f"http://s3/{p}?sig={serial}", 1, "", self.clock() + self.lifetime)
+            for p in paths
+        }
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_small_first_batch_then_full_ones_ahead_of_the_workers():
+    clock = Clock()
+    platform = FakePlatform(clock)
+    book = LinkBook(platform, batch=100, first_batch=10, low_water=20, clock=clock)
+    paths = [f"f{i:04d}" for i in range(250)]
+    book.queue(paths)
+    urls = [book.url(p) for p in paths]
+    # every path got a link from a batch that held it, in order
+    assert [u.split("?")[0] for u in urls] == [f"http://s3/{p}" for p in paths]
+    sizes = [len(b) for b in platform.batches]
+    assert sizes[0] == 10 and all(s <= 100 for s in sizes) and sum(sizes) == 250
+    assert [p for b in platform.batches for p in b] == paths  # nothing signed twice
+    assert len(platform.batches) <= 4 and book.requests == len(platform.batches)
+
+
+def test_a_path_asked_for_again_is_signed_alone():
+    clock = Clock()
+    platform = FakePlatform(clock)
+    book = LinkBook(platform, batch=50, first_batch=5, clock=clock)
+    book.queue(["a", "b", "c"])
+    first = book.url("b")
+    again = book.url("b")  # e.g. storage refused the first as expired
+    assert first != again and platform.batches[-1] == ["b"]
+    assert book.url("never-queued").startswith("http://s3/never-queued")
+    assert platform.batches[-1] == ["never-queued"]
+
+
+def test_links_that_expired_in_the_book_are_signed_again_together():
+    clock = Clock()
+    platform = FakePlatform(clock, lifetime=60.0)
+    book = LinkBook(platform, batch=100, first_batch=100, low_water=0, clock=clock)
+    paths = [f"f{i}" for i in range(30)]
+    book.queue(paths)
+    book.url(paths[0])
+    assert len(platform.batches) == 1
+    clock.now += 61  # the download was slow: every link left in the book is stale
+    assert book.url(paths[1]).endswith("sig=2")
+    assert platform.batches[1] == paths[1:]  # one batch for all of them, not 29 requests
+    assert all(book.url(p).endswith("sig=2") for p in paths[2:])
+    assert len(platform.batches) == 2
+
+
+def test_a_refused_batch_fails_the_files_waiting_for_it_but_not_a_held_link():
+    clock = Clock()
+    platform = FakePlatform(clock, refuse_after=1)
+    book = LinkBook(platform, batch=10, first_batch=10, low_water=5, clock=clock)
+    paths = [f"f{i}" for i in range(30)]
+    book.queue(paths)
+    got = [book.url(p) for p in paths[:5]]
+    # the worker that found the book low refills; the refusal does not cost it its link
+    assert book.url(paths[5]).startswith("http://s3/f5") and len(got) == 5
+    assert len(platform.batches) == 2
+    for p in paths[6:10]:  # fetched before the refusal: still good
+        assert book.url(p).startswith(f"http://s3/{p}")
+    with pytest.raises(ApiError) as refused:
+        book.url(paths[10])
+    assert refused.value.code == "delivery_revoked"
+    with pytest.raises(ApiError):
+        book.url(paths[29])
+
+
+def test_many_threads_get_each_link_once_and_mostly_do_not_wait():
+    clock = time.monotonic
+    platform = FakePlatform(clock, delay=0.02)
+    book = LinkBook(platform, batch=500, first_batch=32, low_water=128, clock=clock)
+    paths = [f"f{i:04d}" for i in range(1000)]
+    book.queue(paths)
+    handed: dict[str, str] = {}
+    lock = threading.Lock()
+    cursor = iter(paths)
+
+    def worker():
+        while True:
+            with lock:
+                path = next(cursor, None)
+            if path is None:
+                return
+            url = book.url(path)
+            with lock:
+                assert path not in handed
+                handed[path] = url
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(handed) == 1000 and all(handed[p].startswith(f"http://s3/{p}?") for p in paths)
+    signed = [p for b in platform.batches for p in b]
+    assert sorted(signed) == sorted(paths)  # each once: no batch raced another
+    assert len(platform.batches) <= 4
