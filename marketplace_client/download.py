@@ -30,7 +30,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from marketplace_client.http import ApiClient, ApiError, RetryPolicy, TransientError
 from marketplace_client.links import LinkBook, links_requester
@@ -81,10 +81,29 @@ class Summary:
 
 def safe_target(root: Path, relative: str) -> Path:
     """Where a manifest path goes under root; refuses absolute paths and '..' escapes."""
-    candidate = (root / relative).resolve()
-    if Path(relative).is_absolute() or not candidate.is_relative_to(root.resolve()):
-        raise DownloadFailed(f"Refusing a path outside the target folder: {relative!r}")
-    return candidate
+    return Targets(root)(relative)
+
+
+class Targets:
+    """Where each manifest path goes under root. A path must be relative and without '..';
+    its folder is resolved (symbolic links followed) once per folder, not once per file, and
+    must stay inside root."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root).resolve()
+        self._folders: dict[PurePosixPath, Path] = {}
+
+    def __call__(self, relative: str) -> Path:
+        pure = PurePosixPath(relative)
+        if pure.is_absolute() or ".." in pure.parts or not pure.name or "\x00" in relative:
+            raise DownloadFailed(f"Refusing a path outside the target folder: {relative!r}")
+        folder = self._folders.get(pure.parent)
+        if folder is None:
+            folder = (self.root / pure.parent).resolve()
+            if not folder.is_relative_to(self.root):
+                raise DownloadFailed(f"Refusing a path outside the target folder: {relative!r}")
+            self._folders[pure.parent] = folder
+        return folder / pure.name
 
 
 class StateFile:
@@ -200,6 +219,7 @@ class DeliveryDownloader:
         # refill while a few seconds of work are left: two batches' worth of workers at least
         self.links = LinkBook(self._request_links, low_water=max(128, 16 * self.workers))
         self._made_dirs: set[Path] = set()
+        self.target = Targets(self.root)
 
     def _link(self, path: str) -> str:
         return self.links.url(path)
@@ -234,7 +254,7 @@ class DeliveryDownloader:
 
     def _place(self, entry: FileEntry, state: StateFile | None, progress: Progress | None) -> str:
         """Fetch, verify and move one file into place; returns 'fetched' or 'resumed'."""
-        target = safe_target(self.root, entry.path)
+        target = self.target(entry.path)
         part = target.with_name(target.name + ".part")
         outcome = "fetched"
         for verify_try in range(2):
@@ -262,7 +282,7 @@ class DeliveryDownloader:
         first = self._request_links([MANIFEST])  # 404 when the delivery lists no manifest
         self.links.put(first)
         entry = FileEntry(MANIFEST, first[MANIFEST].size, "")
-        target = safe_target(self.root, MANIFEST)
+        target = self.target(MANIFEST)
         part = target.with_name(target.name + ".part")
         part.unlink(missing_ok=True)  # the manifest is small: always fetched afresh
         self._fetch(entry, target, None)
@@ -275,6 +295,7 @@ class DeliveryDownloader:
     def run(self) -> Summary:
         started = time.monotonic()
         self.root.mkdir(parents=True, exist_ok=True)
+        self.target = Targets(self.root)
         summary = Summary(delivery=self.delivery_id, root=self.root.resolve())
         manifest, _ = self._manifest()
         entries = [
@@ -285,7 +306,7 @@ class DeliveryDownloader:
         state = StateFile(self.root)
         todo = []
         for entry in entries:
-            if state.verified(entry, safe_target(self.root, entry.path)):
+            if state.verified(entry, self.target(entry.path)):
                 summary.skipped += 1
             else:
                 todo.append(entry)

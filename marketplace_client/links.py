@@ -38,8 +38,9 @@ def links_requester(client, delivery_id: str, clock: Callable[[], float] = time.
         asked_at = clock()
         body = client.post(f"deliveries/{delivery_id}/links", {"paths": list(paths)})
         expires_in = float(body["expires_in"])
-        # keep a margin: a link must still be valid when its GET reaches storage
-        good_until = asked_at + expires_in - min(30.0, expires_in * 0.2)
+        # Keep a margin: a link must still be valid when its GET reaches storage, and the
+        # signature's time (X-Amz-Date) is cut to the second, so it may expire up to 1 s early.
+        good_until = asked_at + max(expires_in / 2, expires_in - 1.0 - min(30.0, expires_in / 5))
         return {
             item["path"]: Link(
                 item["path"],
@@ -94,6 +95,7 @@ class LinkBook:
         return self.link(path).url
 
     def link(self, path: str) -> Link:
+        fetched_for_me = False
         while True:
             chunk: list[str] | None = None
             mine: Link | None = None
@@ -101,7 +103,9 @@ class LinkBook:
                 if self._error is not None and path in self._queued:
                     raise self._error
                 found = self._links.pop(path, None)
-                if found is not None and found.good_until <= self._clock():
+                # (a link this worker has just fetched is used whatever the clock says:
+                # storage has the last word, and a refusal asks for a fresh one)
+                if found is not None and not fetched_for_me and found.good_until <= self._clock():
                     self._requeue_expired(found.path)
                     found = None
                 if found is not None:
@@ -117,6 +121,7 @@ class LinkBook:
                     self.requests += 1  # asked for again, or never queued: signed on its own
             if chunk is None:
                 return mine if mine is not None else self._request([path])[path]
+            fetched_for_me = mine is None
             try:
                 self._fill(chunk)
             except Exception:

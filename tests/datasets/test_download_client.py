@@ -1,10 +1,12 @@
-"""marketplace_client.links.LinkBook: links fetched ahead in batches, each handed out once."""
+"""The download command's pieces without a server: LinkBook (links fetched ahead in batches,
+each handed out once) and Targets (where a manifest path may be written)."""
 
 import threading
 import time
 
 import pytest
 
+from marketplace_client.download import DownloadFailed, Targets
 from marketplace_client.http import ApiError
 from marketplace_client.links import Link, LinkBook
 
@@ -134,3 +136,32 @@ def test_many_threads_get_each_link_once_and_mostly_do_not_wait():
     signed = [p for b in platform.batches for p in b]
     assert sorted(signed) == sorted(paths)  # each once: no batch raced another
     assert len(platform.batches) <= 4
+
+
+def test_targets_stay_inside_the_folder(tmp_path):
+    root = tmp_path / "dataset"
+    root.mkdir()
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (root / "linked").symlink_to(outside, target_is_directory=True)
+    targets = Targets(root)
+    assert targets("data/chunk-000/file-0001.parquet") == (
+        root.resolve() / "data/chunk-000/file-0001.parquet"
+    )
+    assert targets("manifest.json") == root.resolve() / "manifest.json"
+    assert targets("./meta/info.json") == root.resolve() / "meta/info.json"
+    for hostile in ("../x", "/etc/passwd", "data/../../x", "", ".", "linked/x", "a/\x00b"):
+        with pytest.raises(DownloadFailed):
+            targets(hostile)
+
+
+def test_a_link_stale_on_arrival_is_still_handed_to_the_worker_that_asked():
+    # given: links so short-lived that the clock calls them stale as they arrive
+    clock = Clock()
+    platform = FakePlatform(clock, lifetime=-1.0)
+    book = LinkBook(platform, batch=10, first_batch=10, low_water=0, clock=clock)
+    book.queue(["a", "b"])
+    # then: each worker gets the link fetched for it (storage decides), no endless re-signing
+    assert book.url("a").startswith("http://s3/a")
+    assert book.url("b").startswith("http://s3/b")
+    assert len(platform.batches) == 2
