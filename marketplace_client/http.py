@@ -74,6 +74,15 @@ class RetryPolicy:
         return wait
 
 
+@dataclass(frozen=True)
+class Streamed:
+    """What `ApiClient.stream_to` wrote: the whole file's SHA-256 (hex), size, mtime."""
+
+    sha256: str
+    size: int
+    mtime_ns: int
+
+
 @dataclass
 class Response:
     status: int
@@ -311,48 +320,54 @@ class ApiClient:
         url: str,
         path,
         *,
+        resume: bool = True,
         chunk_bytes: int = 1024 * 1024,
         progress: Callable[[int], None] | None = None,
-    ) -> str:
-        """GET a storage URL (no API key) into `path`, resuming after what `path` already
-        holds (an HTTP Range request); returns the SHA-256 (hex) of the whole file."""
-        with open(path, "ab+") as file:
-            file.seek(0)
+    ) -> Streamed:
+        """GET a storage URL (no API key) into `path`. With `resume`, continue after what
+        `path` already holds (an HTTP Range request); without, start it afresh (no read-back:
+        a new file costs no more system calls than a plain download). Returns the SHA-256 of
+        the whole file, its size and modification time."""
+        with open(path, "ab+" if resume else "wb") as file:
             digest = hashlib.sha256()
-            for block in iter(lambda: file.read(chunk_bytes), b""):
-                digest.update(block)
-            state = {"digest": digest}
+            if resume:
+                file.seek(0)
+                for block in iter(lambda: file.read(chunk_bytes), b""):
+                    digest.update(block)
+            state = {"digest": digest, "size": file.tell()}
 
-            def size() -> int:
-                return file.seek(0, os.SEEK_END)
-
-            def receive(response) -> str:
-                if response.status == 200 and size():
+            def receive(response) -> None:
+                if response.status == 200 and state["size"]:
+                    file.seek(0)
                     file.truncate(0)  # the server sent the whole file, not the range
-                    state["digest"] = hashlib.sha256()
+                    state["digest"], state["size"] = hashlib.sha256(), 0
                 elif response.status not in (200, 206):
                     response.read()
                     raise ApiError(response.status, "unexpected_status", "Unexpected answer.")
                 while block := response.read(chunk_bytes):
                     file.write(block)
                     state["digest"].update(block)
+                    state["size"] += len(block)
                     if progress is not None:
                         progress(len(block))
                 file.flush()
-                return state["digest"].hexdigest()
 
             attempts_left = self.retry.attempts
             while True:
                 headers = {"User-Agent": self.user_agent}
-                if size():
-                    headers["Range"] = f"bytes={size()}-"
+                if state["size"]:
+                    headers["Range"] = f"bytes={state['size']}-"
                 try:
-                    return self._pooled("GET", url, headers, receive)
+                    self._pooled("GET", url, headers, receive)
+                    break
                 except TransientError:
                     # A body cut off mid-way: go on from what arrived, within the same budget.
                     attempts_left -= 1
                     if attempts_left <= 0:
                         raise
+                    state["size"] = file.seek(0, os.SEEK_END)  # what did reach the file
+            stat = os.fstat(file.fileno())
+        return Streamed(state["digest"].hexdigest(), stat.st_size, stat.st_mtime_ns)
 
 
 def _api_error(status: int, body: bytes) -> ApiError:

@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from django.db import connections
 
 from datasets.models import DownloadEvent
 from marketplace_client.download import STATE_FILE, DeliveryDownloader
@@ -241,6 +242,7 @@ def test_a_delivery_revoked_mid_download_fails_the_files_still_waiting_for_links
         batches.append(len(paths))
         if len(batches) == 2:  # the manifest, then the first batch of files: revoke now
             customer.client.post(f"/api/v1/deliveries/{delivery.id}/revoke")
+            connections.close_all()  # this runs in a download worker's thread
         return answer
 
     downloader._request_links = request_then_revoke

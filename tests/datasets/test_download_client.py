@@ -165,3 +165,19 @@ def test_a_link_stale_on_arrival_is_still_handed_to_the_worker_that_asked():
     assert book.url("a").startswith("http://s3/a")
     assert book.url("b").startswith("http://s3/b")
     assert len(platform.batches) == 2
+
+
+def test_the_journal_survives_a_line_cut_off_by_a_kill(tmp_path):
+    from marketplace_client.download import STATE_FILE, FileEntry, StateFile
+
+    # given: a journal whose last line a kill cut off mid-way
+    good = '{"path": "a.bin", "size": 1, "sha256": "x", "mtime_ns": 5}\n'
+    (tmp_path / STATE_FILE).write_text(good + '{"path": "b.bi')
+    state = StateFile(tmp_path)
+    assert set(state.entries) == {"a.bin"}
+    # when: the next run records a file
+    state.record(FileEntry("c.bin", 2, "y"), 7)
+    state.close()
+    # then: both verified files are read back, the cut line alone is lost
+    again = StateFile(tmp_path)
+    assert set(again.entries) == {"a.bin", "c.bin"} and again.entries["c.bin"]["mtime_ns"] == 7
