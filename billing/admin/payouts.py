@@ -75,7 +75,9 @@ class FleetPayableInline(admin.TabularInline):
     def rate(self, payable) -> str:
         return format_rate(payable.rate_per_hour, payable.currency)
 
-    amount_formatted = admin_money("amount")
+    @admin.display(description="Amount")
+    def amount_formatted(self, payable) -> str:
+        return format_money(payable.amount, payable.currency)
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -282,7 +284,10 @@ class PayoutInline(admin.TabularInline):
     can_delete = False
     fields = ["fleet", "amount_formatted", "status", "stripe_transfer_id", "failure_message"]
     readonly_fields = fields
-    amount_formatted = admin_money("amount")
+
+    @admin.display(description="Amount")
+    def amount_formatted(self, payout) -> str:
+        return format_money(payout.amount, payout.currency)
 
     def has_add_permission(self, request, obj=None):
         return False

@@ -66,7 +66,7 @@ def test_run_action_asks_for_confirmation_then_pays(
     assert confirm.status_code == 200
     page = confirm.content.decode()
     assert "Yes, pay the fleets" in page
-    assert "Fleet Alpha" in page and "50.00 USD" in page
+    assert "Fleet Alpha" in page and "$50.00" in page  # the one money format
     assert "Fleet Beta" in page and "none: skipped and flagged" in page
     assert connect.requests == []
     # when: staff confirm
