@@ -17,7 +17,9 @@ For each, alternately in the same run, `rounds` times (after one warm-up round):
   from storage over kept-alive connections, SHA-256 verified, moved into place, state recorded;
 - `plain`: the same number of threads fetching presigned URLs of the same objects (signed
   beforehand, outside the timing) with urllib, one connection per file, writing to disk;
-- `plain-keepalive`: the same with kept-alive connections (http.client), no hashing.
+- `plain-keepalive`: the same with kept-alive connections (http.client), no hashing;
+- `keepalive+sha256`: that, hashing every block as it arrives (what verifying against the
+  manifest costs at the least), for reference.
 
 It prints MB/s (median of the rounds), the CPU seconds each side spent (this process, i.e.
 the client; the S3 server; gunicorn), and the CLI's ratio to the faster plain fetch. The
@@ -26,6 +28,7 @@ cProfile (every worker thread) and prints where its time goes.
 """
 
 import argparse
+import hashlib
 import os
 import statistics
 import subprocess
@@ -75,15 +78,18 @@ def plain_fetch(urls: list[str], dest: Path, workers: int) -> int:
         return sum(pool.map(one, enumerate(urls)))
 
 
-def keepalive_fetch(client, urls: list[str], dest: Path, workers: int) -> int:
+def keepalive_fetch(client, urls: list[str], dest: Path, workers: int, hashed=False) -> int:
     def one(item):
         index, url = item
         target = dest / f"{index:05d}"
 
         def receive(response):
+            digest = hashlib.sha256()
             with open(target, "wb") as out:
                 while block := response.read(1024 * 1024):
                     out.write(block)
+                    if hashed:
+                        digest.update(block)
             return target.stat().st_size
 
         return client._pooled("GET", url, {"User-Agent": "bench"}, receive)
@@ -208,6 +214,11 @@ def main() -> int:
                     client = ApiClient(base_url, raw_key)
                     return lambda: keepalive_fetch(client, urls, out, args.workers)
 
+                def keepalive_sha256(out, keys=keys):
+                    urls = [storage.presigned_get(key=k, expires_in=900) for k in keys]
+                    client = ApiClient(base_url, raw_key)
+                    return lambda: keepalive_fetch(client, urls, out, args.workers, hashed=True)
+
                 def cli(out, delivery=delivery):
                     client = ApiClient(base_url, raw_key)
                     downloader = DeliveryDownloader(
@@ -221,7 +232,12 @@ def main() -> int:
 
                     return download
 
-                methods = {"plain": plain, "plain-keepalive": keepalive, "cli": cli}
+                methods = {
+                    "plain": plain,
+                    "plain-keepalive": keepalive,
+                    "keepalive+sha256": keepalive_sha256,
+                    "cli": cli,
+                }
                 figures = {k: [] for k in methods}
                 cpu = {k: {"client": [], "s3": [], "gunicorn": []} for k in methods}
                 for round_index in range(-1, args.rounds):  # round -1: warm-up, not counted
@@ -252,7 +268,20 @@ def main() -> int:
                     f"cli {medians['cli'] / 1e6:.1f} MB/s, "
                     f"plain {medians['plain'] / 1e6:.1f} MB/s, "
                     f"plain-keepalive {medians['plain-keepalive'] / 1e6:.1f} MB/s; "
-                    f"cli / best plain = {medians['cli'] / best_plain:.2f}"
+                    f"cli / best plain = {medians['cli'] / best_plain:.2f}; "
+                    f"keepalive+sha256 {medians['keepalive+sha256'] / 1e6:.1f} MB/s, "
+                    f"cli / it = {medians['cli'] / medians['keepalive+sha256']:.2f}"
+                )
+                ratios = [
+                    c / max(p, k)
+                    for c, p, k in zip(
+                        figures["cli"], figures["plain"], figures["plain-keepalive"], strict=True
+                    )
+                ]
+                print(
+                    "  cli / best plain per round: "
+                    + ", ".join(f"{r:.2f}" for r in ratios)
+                    + f" (median {statistics.median(ratios):.2f})"
                 )
                 print(
                     "  CPU s per run (median; client / S3 server / gunicorn): "

@@ -230,8 +230,7 @@ class DeliveryDownloader:
         self.workers = max(1, workers)
         self.quiet = quiet
         self._request_links = links_requester(client, delivery_id)
-        # refill while a few seconds of work are left: two batches' worth of workers at least
-        self.links = LinkBook(self._request_links, low_water=max(128, 16 * self.workers))
+        self.links = LinkBook(self._request_links)
         self._made_dirs: set[Path] = set()
         self.target = Targets(self.root)
 
@@ -333,7 +332,18 @@ class DeliveryDownloader:
         # Biggest first: the long transfers start at once and small files fill the gaps.
         todo.sort(key=lambda e: -e.size)
         self.links.queue(entry.path for entry in todo)  # signed ahead in this order
+        try:
+            self._download(todo, state, progress, summary)
+        finally:
+            self.links.close()
+            state.close()
+        progress.done()
+        summary.seconds = time.monotonic() - started
+        return summary
 
+    def _download(
+        self, todo: list[FileEntry], state: StateFile, progress: Progress, summary: Summary
+    ) -> None:
         def work(entry: FileEntry) -> str:
             try:
                 return self._place(entry, state, progress)
@@ -353,10 +363,6 @@ class DeliveryDownloader:
                 summary.bytes_fetched += entry.size
                 if outcome == "resumed":
                     summary.resumed += 1
-        state.close()
-        progress.done()
-        summary.seconds = time.monotonic() - started
-        return summary
 
 
 def repo_id_for(delivery_id: str) -> str:

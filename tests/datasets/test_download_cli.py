@@ -181,13 +181,13 @@ def test_links_come_in_a_few_batches_each_file_recorded_once(live_server, s3, cu
     downloader = DeliveryDownloader(client, str(delivery.id), tmp_path, workers=8, quiet=True)
     # when
     summary = downloader.run()
-    # then: every file verified; one audited link per file; 32, then batches of <= 500
+    # then: every file verified; one audited link per file; batches from 32 doubling to 500
     assert summary.failures == [] and summary.fetched == len(files)
     events = DownloadEvent.objects.filter(delivery=delivery)
     assert events.count() == len(files) + 1  # + manifest.json
     assert sorted(events.values_list("path", flat=True)) == sorted([*files, "manifest.json"])
     assert set(events.values_list("api_key_id", flat=True)) == {customer.api_key.pk}
-    assert downloader.links.requests == 4  # 32 + 500 + 500 + 168
+    assert downloader.links.batch_sizes == [32, 64, 128, 256, 500, 222]  # 1,202 files
     for path, data in files.items():
         assert (tmp_path / path).read_bytes() == data
 
@@ -246,7 +246,7 @@ def test_a_delivery_revoked_mid_download_fails_the_files_still_waiting_for_links
         return answer
 
     downloader._request_links = request_then_revoke
-    downloader.links = LinkBook(request_then_revoke, batch=50, first_batch=50, low_water=10)
+    downloader.links = LinkBook(request_then_revoke, batch=50, first_batch=50)
     summary = downloader.run()
     # the 50 files whose links came before the revocation arrived; the others failed with it
     assert summary.fetched == 50
