@@ -344,12 +344,18 @@ class ApiClient:
                 elif response.status not in (200, 206):
                     response.read()
                     raise ApiError(response.status, "unexpected_status", "Unexpected answer.")
-                while block := response.read(chunk_bytes):
+                # into one buffer per thread, reused: no new megabyte (and its page faults)
+                # for every block
+                buffer = self._local.__dict__.get("buffer")
+                if buffer is None or len(buffer) != chunk_bytes:
+                    buffer = self._local.buffer = memoryview(bytearray(chunk_bytes))
+                while count := response.readinto(buffer):
+                    block = buffer[:count]
                     file.write(block)
                     state["digest"].update(block)
-                    state["size"] += len(block)
+                    state["size"] += count
                     if progress is not None:
-                        progress(len(block))
+                        progress(count)
                 file.flush()
 
             attempts_left = self.retry.attempts
