@@ -57,6 +57,10 @@ class TransientError(Exception):
     """Retries exhausted on connection errors, timeouts, 5xx or 429."""
 
 
+class BodyCutOff(Exception):
+    """A response ended before its Content-Length (http.client's readinto does not say so)."""
+
+
 @dataclass
 class RetryPolicy:
     """Exponential backoff: base * 2**attempt seconds, capped, with up to 25 % jitter."""
@@ -220,11 +224,16 @@ class ApiClient:
     # One connection per (thread, host): a download worker reuses its connection to the API
     # and to storage from file to file instead of opening one per request.
 
+    @staticmethod
+    def _connection_key(url: str) -> tuple:
+        parts = urllib.parse.urlsplit(url)
+        return (parts.scheme, parts.hostname, parts.port)
+
     def _connection(self, url: str):
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https"):
             raise ValueError(f"Only http(s) URLs: {_redact(url)!r}")
-        key = (parts.scheme, parts.hostname, parts.port)
+        key = self._connection_key(url)
         pool = self._local.__dict__.setdefault("connections", {})
         reused = key in pool
         if not reused:
@@ -357,6 +366,8 @@ class ApiClient:
                     if progress is not None:
                         progress(count)
                 file.flush()
+                if response.length:  # bytes promised that never came: the connection was cut
+                    raise BodyCutOff(f"{response.length} bytes short")
 
             attempts_left = self.retry.attempts
             while True:
@@ -366,11 +377,13 @@ class ApiClient:
                 try:
                     self._pooled("GET", url, headers, receive)
                     break
-                except TransientError:
+                except (TransientError, BodyCutOff) as exc:
                     # A body cut off mid-way: go on from what arrived, within the same budget.
                     attempts_left -= 1
                     if attempts_left <= 0:
-                        raise
+                        raise TransientError(f"GET {_redact(url)}: {exc}") from None
+                    self._drop(self._connection_key(url))
+                    self.sleep(self.retry.delay(self.retry.attempts - attempts_left - 1))
                     state["size"] = file.seek(0, os.SEEK_END)  # what did reach the file
             stat = os.fstat(file.fileno())
         return Streamed(state["digest"].hexdigest(), stat.st_size, stat.st_mtime_ns)

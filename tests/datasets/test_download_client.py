@@ -185,3 +185,50 @@ def test_the_journal_survives_a_line_cut_off_by_a_kill(tmp_path):
     # then: both verified files are read back, the cut line alone is lost
     again = StateFile(tmp_path)
     assert set(again.entries) == {"a.bin", "c.bin"} and again.entries["c.bin"]["mtime_ns"] == 7
+
+
+def test_a_body_cut_off_mid_way_continues_with_a_range_request(tmp_path):
+    import hashlib
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from marketplace_client.http import ApiClient, RetryPolicy
+
+    body = bytes(range(256)) * 12_000  # ~3 MB
+    ranges = []
+
+    class CutOnce(BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked = self.headers.get("Range")
+            ranges.append(asked)
+            if asked is None:  # promise everything, send half, hang up
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body[: len(body) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+                return
+            start = int(asked.removeprefix("bytes=").removesuffix("-"))
+            self.send_response(206)
+            self.send_header("Content-Length", str(len(body) - start))
+            self.end_headers()
+            self.wfile.write(body[start:])
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), CutOnce)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = ApiClient(
+            "http://127.0.0.1:1", "k", retry=RetryPolicy(attempts=3), sleep=lambda _: None
+        )
+        target = tmp_path / "file.part"
+        got = client.stream_to(
+            f"http://127.0.0.1:{server.server_port}/x", target, resume=False, chunk_bytes=65536
+        )
+    finally:
+        server.shutdown()
+    assert target.read_bytes() == body
+    assert got.size == len(body) and got.sha256 == hashlib.sha256(body).hexdigest()
+    assert ranges[0] is None and ranges[-1] == f"bytes={len(body) // 2}-"
