@@ -9,7 +9,9 @@ created and migrated if needed), stores two synthetic deliveries straight in sto
 - `large`: 16 data files of 16 MiB (256 MiB), like a LeRobot delivery of data files;
 - `many`:  1,000 files of 32-64 KiB (~48 MiB), like a delivery of many small files.
 
-For each, alternately in the same run, `rounds` times (after one warm-up round):
+For each, alternately in the same run, `rounds` times (after one warm-up round), each round
+in a rotated order, every run starting after `sync` (the previous run's writeback is not
+charged to the next):
 
 - `cli`: `DeliveryDownloader` (what `marketplace-download` runs), `--workers` files at once:
   the manifest's link, then the files' links signed in batches by the platform
@@ -240,10 +242,15 @@ def main() -> int:
                 }
                 figures = {k: [] for k in methods}
                 cpu = {k: {"client": [], "s3": [], "gunicorn": []} for k in methods}
+                names = list(methods)
                 for round_index in range(-1, args.rounds):  # round -1: warm-up, not counted
-                    for method, prepare in methods.items():
+                    # each round in another order, and each run after the page cache's dirty
+                    # pages are written out: no method pays for another's writeback
+                    shift = max(round_index, 0) % len(names)
+                    for method in names[shift:] + names[:shift]:
                         with tempfile.TemporaryDirectory() as out:
-                            run = prepare(Path(out))
+                            run = methods[method](Path(out))
+                            os.sync()
                             before = {k: process_cpu(v) for k, v in servers.items()}
                             cpu_started = time.process_time()
                             started = time.perf_counter()
