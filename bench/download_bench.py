@@ -1,6 +1,6 @@
 """Whole-dataset download: `marketplace-download` vs a plain parallel fetch of the same files.
 
-    python bench/download_bench.py [--rounds 3] [--workers 8]
+    python bench/download_bench.py [--rounds 5] [--workers 8] [--profile]
 
 Starts the local S3 server and gunicorn (2 workers, bench.settings) on loopback against
 PostgreSQL (BENCH_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/mk_portals_bench,
@@ -9,20 +9,28 @@ created and migrated if needed), stores two synthetic deliveries straight in sto
 - `large`: 16 data files of 16 MiB (256 MiB), like a LeRobot delivery of data files;
 - `many`:  1,000 files of 32-64 KiB (~48 MiB), like a delivery of many small files.
 
-For each, alternately in the same run, `rounds` times:
+For each, alternately in the same run, `rounds` times (after one warm-up round), each round
+in a rotated order, every run starting after `sync` (the previous run's writeback is not
+charged to the next):
 
 - `cli`: `DeliveryDownloader` (what `marketplace-download` runs), `--workers` files at once:
-  for each file an audited link request to gunicorn (302), then the signed storage GET over a
-  kept-alive connection, SHA-256 verified, moved into place, state recorded;
+  the manifest's link, then the files' links signed in batches by the platform
+  (`POST /deliveries/<id>/links`, each file recorded) fetched ahead while the files stream
+  from storage over kept-alive connections, SHA-256 verified, moved into place, state recorded;
 - `plain`: the same number of threads fetching presigned URLs of the same objects (signed
   beforehand, outside the timing) with urllib, one connection per file, writing to disk;
-- `plain-keepalive`: the same with kept-alive connections (http.client), no hashing.
+- `plain-keepalive`: the same with kept-alive connections (http.client), no hashing;
+- `keepalive+sha256`: that, hashing every block as it arrives (what verifying against the
+  manifest costs at the least), for reference.
 
-It prints MB/s (median of the rounds) and the CLI's ratio to the faster plain fetch. The
-acceptance bar is cli / plain >= 0.8.
+It prints MB/s (median of the rounds), the CPU seconds each side spent (this process, i.e.
+the client; the S3 server; gunicorn), and the CLI's ratio to the faster plain fetch. The
+acceptance bar is cli / plain >= 0.8. `--profile` adds one CLI run per scenario under
+cProfile (every worker thread) and prints where its time goes.
 """
 
 import argparse
+import hashlib
 import os
 import statistics
 import subprocess
@@ -72,15 +80,18 @@ def plain_fetch(urls: list[str], dest: Path, workers: int) -> int:
         return sum(pool.map(one, enumerate(urls)))
 
 
-def keepalive_fetch(client, urls: list[str], dest: Path, workers: int) -> int:
+def keepalive_fetch(client, urls: list[str], dest: Path, workers: int, hashed=False) -> int:
     def one(item):
         index, url = item
         target = dest / f"{index:05d}"
 
         def receive(response):
+            digest = hashlib.sha256()
             with open(target, "wb") as out:
                 while block := response.read(1024 * 1024):
                     out.write(block)
+                    if hashed:
+                        digest.update(block)
             return target.stat().st_size
 
         return client._pooled("GET", url, {"User-Agent": "bench"}, receive)
@@ -89,11 +100,68 @@ def keepalive_fetch(client, urls: list[str], dest: Path, workers: int) -> int:
         return sum(pool.map(one, enumerate(urls)))
 
 
+def process_cpu(pids) -> float:
+    """User + system CPU seconds of these processes so far (from /proc)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def gunicorn_pids(port: int) -> list[int]:
+    """The gunicorn master and workers bound to this port."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"gunicorn" in command and f"127.0.0.1:{port}".encode() in command:
+            pids.append(int(entry.name))
+    return pids
+
+
+def profiled(run):
+    """Run `run()` with cProfile in this thread and in every thread it starts; return the
+    merged pstats.Stats."""
+    import cProfile
+    import pstats
+    import threading
+
+    profiles = []
+
+    def start_in_thread(*_):
+        sys.setprofile(None)
+        profile = cProfile.Profile()
+        profiles.append(profile)
+        profile.enable()
+
+    main_profile = cProfile.Profile()
+    threading.setprofile(start_in_thread)
+    main_profile.enable()
+    try:
+        run()
+    finally:
+        main_profile.disable()
+        threading.setprofile(None)
+    stats = pstats.Stats(main_profile)
+    for profile in profiles:
+        stats.add(profile)
+    return stats
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--profile", action="store_true", help="one more CLI run, profiled")
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--scenarios", default="large,many")
     args = parser.parse_args()
@@ -130,6 +198,7 @@ def main() -> int:
         ).raw_key
         with gunicorn(env) as port:
             base_url = f"http://127.0.0.1:{port}"
+            servers = {"s3": [s3.process.pid], "gunicorn": gunicorn_pids(port)}
             print(f"gunicorn 2 workers, local S3 server, {args.workers} workers each side")
             for name in args.scenarios.split(","):
                 shape = SCENARIOS[name]
@@ -137,36 +206,68 @@ def main() -> int:
                 total = sum(len(data) for data in files.values())
                 delivery = make_ready_delivery(organization, files)
                 keys = [f"{delivery.prefix}/{path}" for path in files]
-                figures = {"cli": [], "plain": [], "plain-keepalive": []}
-                for round_index in range(-1, args.rounds):  # round -1: warm-up, not counted
-                    with tempfile.TemporaryDirectory() as out:
-                        urls = [storage.presigned_get(key=k, expires_in=900) for k in keys]
-                        started = time.perf_counter()
-                        fetched = plain_fetch(urls, Path(out), args.workers)
-                        figures["plain"].append(fetched / (time.perf_counter() - started))
-                    with tempfile.TemporaryDirectory() as out:
-                        urls = [storage.presigned_get(key=k, expires_in=900) for k in keys]
-                        client = ApiClient(base_url, raw_key)
-                        started = time.perf_counter()
-                        fetched = keepalive_fetch(client, urls, Path(out), args.workers)
-                        figures["plain-keepalive"].append(fetched / (time.perf_counter() - started))
-                    with tempfile.TemporaryDirectory() as out:
-                        client = ApiClient(base_url, raw_key)
-                        started = time.perf_counter()
-                        summary = DeliveryDownloader(
-                            client, str(delivery.id), Path(out), workers=args.workers, quiet=True
-                        ).run()
-                        seconds = time.perf_counter() - started
-                        assert not summary.failures, summary.failures
-                        figures["cli"].append(summary.bytes_fetched / seconds)
-                    if round_index < 0:
-                        figures = {k: [] for k in figures}
-                        continue
-                    print(
-                        f"  {name} round {round_index + 1}: "
-                        + ", ".join(f"{k} {v[-1] / 1e6:.1f} MB/s" for k, v in figures.items()),
-                        flush=True,
+
+                def plain(out, keys=keys):
+                    urls = [storage.presigned_get(key=k, expires_in=900) for k in keys]
+                    return lambda: plain_fetch(urls, out, args.workers)
+
+                def keepalive(out, keys=keys):
+                    urls = [storage.presigned_get(key=k, expires_in=900) for k in keys]
+                    client = ApiClient(base_url, raw_key)
+                    return lambda: keepalive_fetch(client, urls, out, args.workers)
+
+                def keepalive_sha256(out, keys=keys):
+                    urls = [storage.presigned_get(key=k, expires_in=900) for k in keys]
+                    client = ApiClient(base_url, raw_key)
+                    return lambda: keepalive_fetch(client, urls, out, args.workers, hashed=True)
+
+                def cli(out, delivery=delivery):
+                    client = ApiClient(base_url, raw_key)
+                    downloader = DeliveryDownloader(
+                        client, str(delivery.id), out, workers=args.workers, quiet=True
                     )
+
+                    def download():
+                        summary = downloader.run()
+                        assert not summary.failures, summary.failures
+                        return summary.bytes_fetched
+
+                    return download
+
+                methods = {
+                    "plain": plain,
+                    "plain-keepalive": keepalive,
+                    "keepalive+sha256": keepalive_sha256,
+                    "cli": cli,
+                }
+                figures = {k: [] for k in methods}
+                cpu = {k: {"client": [], "s3": [], "gunicorn": []} for k in methods}
+                names = list(methods)
+                for round_index in range(-1, args.rounds):  # round -1: warm-up, not counted
+                    # each round in another order, and each run after the page cache's dirty
+                    # pages are written out: no method pays for another's writeback
+                    shift = max(round_index, 0) % len(names)
+                    for method in names[shift:] + names[:shift]:
+                        with tempfile.TemporaryDirectory() as out:
+                            run = methods[method](Path(out))
+                            os.sync()
+                            before = {k: process_cpu(v) for k, v in servers.items()}
+                            cpu_started = time.process_time()
+                            started = time.perf_counter()
+                            fetched = run()
+                            seconds = time.perf_counter() - started
+                            if round_index < 0:
+                                continue
+                            figures[method].append(fetched / seconds)
+                            cpu[method]["client"].append(time.process_time() - cpu_started)
+                            for k, v in servers.items():
+                                cpu[method][k].append(process_cpu(v) - before[k])
+                    if round_index >= 0:
+                        print(
+                            f"  {name} round {round_index + 1}: "
+                            + ", ".join(f"{k} {v[-1] / 1e6:.1f} MB/s" for k, v in figures.items()),
+                            flush=True,
+                        )
                 medians = {k: statistics.median(v) for k, v in figures.items()}
                 best_plain = max(medians["plain"], medians["plain-keepalive"])
                 print(
@@ -174,8 +275,33 @@ def main() -> int:
                     f"cli {medians['cli'] / 1e6:.1f} MB/s, "
                     f"plain {medians['plain'] / 1e6:.1f} MB/s, "
                     f"plain-keepalive {medians['plain-keepalive'] / 1e6:.1f} MB/s; "
-                    f"cli / best plain = {medians['cli'] / best_plain:.2f}"
+                    f"cli / best plain = {medians['cli'] / best_plain:.2f}; "
+                    f"keepalive+sha256 {medians['keepalive+sha256'] / 1e6:.1f} MB/s, "
+                    f"cli / it = {medians['cli'] / medians['keepalive+sha256']:.2f}"
                 )
+                ratios = [
+                    c / max(p, k)
+                    for c, p, k in zip(
+                        figures["cli"], figures["plain"], figures["plain-keepalive"], strict=True
+                    )
+                ]
+                print(
+                    "  cli / best plain per round: "
+                    + ", ".join(f"{r:.2f}" for r in ratios)
+                    + f" (median {statistics.median(ratios):.2f})"
+                )
+                print(
+                    "  CPU s per run (median; client / S3 server / gunicorn): "
+                    + "; ".join(
+                        f"{k} " + " / ".join(f"{statistics.median(cpu[k][p]):.2f}" for p in cpu[k])
+                        for k in methods
+                    )
+                )
+                if args.profile:
+                    with tempfile.TemporaryDirectory() as out:
+                        stats = profiled(cli(Path(out)))
+                    print(f"  profile of one cli run ({name}), all threads, by own time:")
+                    stats.sort_stats("tottime").print_stats(18)
     return 0
 
 

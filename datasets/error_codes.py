@@ -31,6 +31,7 @@ class ErrorCode(models.TextChoices):
         "delivery_superseded",
         "A newer version of this delivery replaces it.",
     )
+    DUPLICATE_PATH = "duplicate_path", "The same file is asked for twice in one request."
     DUPLICATE_EPISODE = (
         "duplicate_episode",
         "The same file was already uploaded or accepted in this order.",

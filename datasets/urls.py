@@ -1,6 +1,6 @@
 from django.urls import path
 
-from datasets import api, api_deliveries, api_exclusions, api_operators
+from datasets import api, api_deliveries, api_downloads, api_exclusions, api_operators
 
 # Mounted under /api/v1/fleet/ (fleet-operator keys).
 fleet_urlpatterns = [
@@ -50,6 +50,11 @@ urlpatterns = [
         "deliveries/<uuid:pk>/download",
         api_deliveries.DeliveryDownload.as_view(),
         name="delivery-download",
+    ),
+    path(
+        "deliveries/<uuid:pk>/links",
+        api_downloads.DeliveryDownloadLinks.as_view(),
+        name="delivery-download-links",
     ),
     path(
         "deliveries/<uuid:pk>/reject-episodes",

@@ -1,8 +1,10 @@
 """`marketplace-download <delivery id>`: a whole delivered dataset onto this machine.
 
-Every file goes through the platform's audited link endpoint
-(`GET /api/v1/deliveries/<id>/download?path=...`, which records the download and answers 302
-to a storage URL signed for minutes); the bytes then come straight from storage. The command
+Every file goes through the platform's audited links: `POST /api/v1/deliveries/<id>/links`
+signs up to 500 files per request (each recorded as a download; the links are valid for
+minutes), fetched ahead in batches while the files download (marketplace_client/links.py);
+the bytes then come straight from storage, each worker thread over its own kept-alive
+connection. The command
 
 - fetches `manifest.json` first and then every file it lists, several at a time;
 - resumes: a finished, verified file is not fetched again (`.marketplace-download.json` in the
@@ -10,7 +12,7 @@ to a storage URL signed for minutes); the bytes then come straight from storage.
   (`<name>.part`) continues from where it stopped with an HTTP Range request;
 - verifies each file's size and SHA-256 against the manifest before moving it into place
   (a mismatch is fetched once more from scratch, then reported);
-- asks for a fresh link when a signed one has expired;
+- asks for a fresh link when a signed one has expired (in the book, or refused by storage);
 - prints where the dataset is and how to load it (`LeRobotDataset(repo_id, root=...)`).
 
 Exit status: 0 every file verified, 1 the platform or storage refused or a file stayed wrong,
@@ -28,9 +30,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from marketplace_client.http import ApiClient, ApiError, RetryPolicy, TransientError
+from marketplace_client.http import ApiClient, ApiError, RetryPolicy, Streamed, TransientError
+from marketplace_client.links import LinkBook, links_requester
 
 log = logging.getLogger("marketplace_client.download")
 
@@ -78,25 +81,51 @@ class Summary:
 
 def safe_target(root: Path, relative: str) -> Path:
     """Where a manifest path goes under root; refuses absolute paths and '..' escapes."""
-    candidate = (root / relative).resolve()
-    if Path(relative).is_absolute() or not candidate.is_relative_to(root.resolve()):
-        raise DownloadFailed(f"Refusing a path outside the target folder: {relative!r}")
-    return candidate
+    return Targets(root)(relative)
+
+
+class Targets:
+    """Where each manifest path goes under root. A path must be relative and without '..';
+    its folder is resolved (symbolic links followed) once per folder, not once per file, and
+    must stay inside root."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root).resolve()
+        self._folders: dict[PurePosixPath, Path] = {}
+
+    def __call__(self, relative: str) -> Path:
+        pure = PurePosixPath(relative)
+        if pure.is_absolute() or ".." in pure.parts or not pure.name or "\x00" in relative:
+            raise DownloadFailed(f"Refusing a path outside the target folder: {relative!r}")
+        folder = self._folders.get(pure.parent)
+        if folder is None:
+            folder = (self.root / pure.parent).resolve()
+            if not folder.is_relative_to(self.root):
+                raise DownloadFailed(f"Refusing a path outside the target folder: {relative!r}")
+            self._folders[pure.parent] = folder
+        return folder / pure.name
 
 
 class StateFile:
     """What was verified already: {path: {"size", "sha256", "mtime_ns"}}, kept as an
-    append-only journal (one JSON line per verified file, flushed at once), so a kill at any
-    moment loses at most the files in flight and the cost stays one line per file."""
+    append-only journal (one JSON line per verified file, written to the file at most
+    FLUSH_SECONDS after), so a kill at any moment loses at most the files in flight and those
+    verified in its last FLUSH_SECONDS (fetched again on resume; never a file marked verified
+    that is not), and the cost stays one line per file, not a system call per file."""
+
+    FLUSH_SECONDS = 0.2
 
     def __init__(self, root: Path):
         self.path = root / STATE_FILE
         self.lock = threading.Lock()
         self.entries: dict[str, dict] = {}
         try:
-            lines = self.path.read_text().splitlines()
-        except OSError:
-            lines = []
+            text = self.path.read_text()
+        except (OSError, UnicodeDecodeError):
+            text = ""
+        lines = text.splitlines()
+        # a line cut off by a kill must not swallow the first line appended now
+        self.cut_off = bool(text) and not text.endswith("\n")
         for line in lines:
             try:
                 record = json.loads(line)
@@ -104,6 +133,7 @@ class StateFile:
             except (ValueError, KeyError, TypeError):
                 continue  # a line cut off by a kill
         self.journal = None
+        self.flushed = 0.0
 
     def verified(self, entry: FileEntry, target: Path) -> bool:
         known = self.entries.get(entry.path)
@@ -118,19 +148,25 @@ class StateFile:
             and known.get("mtime_ns") == stat.st_mtime_ns
         )
 
-    def record(self, entry: FileEntry, target: Path) -> None:
+    def record(self, entry: FileEntry, mtime_ns: int) -> None:
         record = {
             "path": entry.path,
             "size": entry.size,
             "sha256": entry.sha256,
-            "mtime_ns": target.stat().st_mtime_ns,
+            "mtime_ns": mtime_ns,
         }
+        line = json.dumps(record) + "\n"
         with self.lock:
             self.entries[entry.path] = record
             if self.journal is None:
                 self.journal = open(self.path, "a")  # noqa: SIM115 (closed by close())
-            self.journal.write(json.dumps(record) + "\n")
-            self.journal.flush()
+                if self.cut_off:
+                    self.journal.write("\n")
+            self.journal.write(line)
+            now = time.monotonic()
+            if now - self.flushed >= self.FLUSH_SECONDS:
+                self.journal.flush()
+                self.flushed = now
 
     def close(self) -> None:
         if self.journal is not None:
@@ -193,47 +229,58 @@ class DeliveryDownloader:
         self.root = Path(root)
         self.workers = max(1, workers)
         self.quiet = quiet
+        self._request_links = links_requester(client, delivery_id)
+        self.links = LinkBook(self._request_links)
+        self._made_dirs: set[Path] = set()
+        self.target = Targets(self.root)
 
     def _link(self, path: str) -> str:
-        return self.client.redirect_target(f"deliveries/{self.delivery_id}/download", path=path)
+        return self.links.url(path)
 
-    def _fetch(self, entry: FileEntry, progress: Progress | None) -> tuple[str, bool]:
-        """Fetch one file into <target>.part (resuming) and return (sha256, resumed)."""
-        target = safe_target(self.root, entry.path)
-        target.parent.mkdir(parents=True, exist_ok=True)
+    def _fetch(
+        self, entry: FileEntry, target: Path, progress: Progress | None
+    ) -> tuple[Streamed, bool]:
+        """Fetch one file into <target>.part (resuming) and return what arrived, resumed."""
+        if target.parent not in self._made_dirs:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self._made_dirs.add(target.parent)
         part = target.with_name(target.name + ".part")
-        resumed = part.exists() and part.stat().st_size > 0
-        if part.exists() and part.stat().st_size > entry.size >= 0:
+        try:
+            held = part.stat().st_size
+        except OSError:
+            held = 0
+        if held > entry.size >= 0:
             part.unlink()  # longer than the file can be: start again
-            resumed = False
+            held = 0
+        resumed = held > 0
         for link_try in range(3):
             url = self._link(entry.path)
             try:
-                digest = self.client.stream_to(
-                    url, part, progress=progress.add_bytes if progress else None
+                streamed = self.client.stream_to(
+                    url, part, resume=resumed, progress=progress.add_bytes if progress else None
                 )
             except ApiError as exc:
                 # A signed link that expired (403) between issue and use: ask for a new one.
                 if exc.status == 403 and link_try < 2:
                     continue
                 raise
-            return digest, resumed
+            return streamed, resumed
         raise DownloadFailed(f"{entry.path}: storage kept refusing fresh links")
 
     def _place(self, entry: FileEntry, state: StateFile | None, progress: Progress | None) -> str:
         """Fetch, verify and move one file into place; returns 'fetched' or 'resumed'."""
-        target = safe_target(self.root, entry.path)
+        target = self.target(entry.path)
         part = target.with_name(target.name + ".part")
         outcome = "fetched"
         for verify_try in range(2):
-            digest, resumed = self._fetch(entry, progress)
+            streamed, resumed = self._fetch(entry, target, progress)
             if resumed and verify_try == 0:
                 outcome = "resumed"
-            size = part.stat().st_size
+            size, digest = streamed.size, streamed.sha256
             if size == entry.size and (not entry.sha256 or digest == entry.sha256):
-                os.replace(part, target)
+                os.replace(part, target)  # (a rename keeps the modification time)
                 if state is not None:
-                    state.record(entry, target)
+                    state.record(entry, streamed.mtime_ns)
                 return outcome
             log.warning(
                 "%s: got %d bytes with SHA-256 %s, the manifest says %d bytes and %s",
@@ -247,17 +294,14 @@ class DeliveryDownloader:
         raise DownloadFailed(f"{entry.path}: size or SHA-256 differs from the manifest")
 
     def _manifest(self) -> tuple[dict, FileEntry]:
-        listing = self.client.get(f"deliveries/{self.delivery_id}/files")
-        sizes = {item["path"]: int(item["size_bytes"]) for item in listing}
-        if MANIFEST not in sizes:
-            raise DownloadFailed("The delivery lists no manifest.json.")
-        entry = FileEntry(MANIFEST, sizes[MANIFEST], "")
-        target = safe_target(self.root, MANIFEST)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        first = self._request_links([MANIFEST])  # 404 when the delivery lists no manifest
+        self.links.put(first)
+        entry = FileEntry(MANIFEST, first[MANIFEST].size, "")
+        target = self.target(MANIFEST)
         part = target.with_name(target.name + ".part")
         part.unlink(missing_ok=True)  # the manifest is small: always fetched afresh
-        self._fetch(entry, None)
-        if part.stat().st_size != entry.size:
+        streamed, _ = self._fetch(entry, target, None)
+        if streamed.size != entry.size:
             raise DownloadFailed("manifest.json's size differs from the delivery's listing.")
         manifest = json.loads(part.read_text())
         os.replace(part, target)
@@ -266,6 +310,7 @@ class DeliveryDownloader:
     def run(self) -> Summary:
         started = time.monotonic()
         self.root.mkdir(parents=True, exist_ok=True)
+        self.target = Targets(self.root)
         summary = Summary(delivery=self.delivery_id, root=self.root.resolve())
         manifest, _ = self._manifest()
         entries = [
@@ -276,7 +321,7 @@ class DeliveryDownloader:
         state = StateFile(self.root)
         todo = []
         for entry in entries:
-            if state.verified(entry, safe_target(self.root, entry.path)):
+            if state.verified(entry, self.target(entry.path)):
                 summary.skipped += 1
             else:
                 todo.append(entry)
@@ -286,7 +331,19 @@ class DeliveryDownloader:
         progress.bytes = sum(e.size for e in entries) - sum(e.size for e in todo)
         # Biggest first: the long transfers start at once and small files fill the gaps.
         todo.sort(key=lambda e: -e.size)
+        self.links.queue(entry.path for entry in todo)  # signed ahead in this order
+        try:
+            self._download(todo, state, progress, summary)
+        finally:
+            self.links.close()
+            state.close()
+        progress.done()
+        summary.seconds = time.monotonic() - started
+        return summary
 
+    def _download(
+        self, todo: list[FileEntry], state: StateFile, progress: Progress, summary: Summary
+    ) -> None:
         def work(entry: FileEntry) -> str:
             try:
                 return self._place(entry, state, progress)
@@ -306,10 +363,6 @@ class DeliveryDownloader:
                 summary.bytes_fetched += entry.size
                 if outcome == "resumed":
                     summary.resumed += 1
-        state.close()
-        progress.done()
-        summary.seconds = time.monotonic() - started
-        return summary
 
 
 def repo_id_for(delivery_id: str) -> str:

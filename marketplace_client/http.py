@@ -57,6 +57,10 @@ class TransientError(Exception):
     """Retries exhausted on connection errors, timeouts, 5xx or 429."""
 
 
+class BodyCutOff(Exception):
+    """A response ended before its Content-Length (http.client's readinto does not say so)."""
+
+
 @dataclass
 class RetryPolicy:
     """Exponential backoff: base * 2**attempt seconds, capped, with up to 25 % jitter."""
@@ -72,6 +76,15 @@ class RetryPolicy:
         if retry_after is not None:
             wait = max(wait, min(retry_after, self.max_seconds))
         return wait
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """What `ApiClient.stream_to` wrote: the whole file's SHA-256 (hex), size, mtime."""
+
+    sha256: str
+    size: int
+    mtime_ns: int
 
 
 @dataclass
@@ -211,11 +224,16 @@ class ApiClient:
     # One connection per (thread, host): a download worker reuses its connection to the API
     # and to storage from file to file instead of opening one per request.
 
+    @staticmethod
+    def _connection_key(url: str) -> tuple:
+        parts = urllib.parse.urlsplit(url)
+        return (parts.scheme, parts.hostname, parts.port)
+
     def _connection(self, url: str):
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https"):
             raise ValueError(f"Only http(s) URLs: {_redact(url)!r}")
-        key = (parts.scheme, parts.hostname, parts.port)
+        key = self._connection_key(url)
         pool = self._local.__dict__.setdefault("connections", {})
         reused = key in pool
         if not reused:
@@ -311,48 +329,64 @@ class ApiClient:
         url: str,
         path,
         *,
+        resume: bool = True,
         chunk_bytes: int = 1024 * 1024,
         progress: Callable[[int], None] | None = None,
-    ) -> str:
-        """GET a storage URL (no API key) into `path`, resuming after what `path` already
-        holds (an HTTP Range request); returns the SHA-256 (hex) of the whole file."""
-        with open(path, "ab+") as file:
-            file.seek(0)
+    ) -> Streamed:
+        """GET a storage URL (no API key) into `path`. With `resume`, continue after what
+        `path` already holds (an HTTP Range request); without, start it afresh (no read-back:
+        a new file costs no more system calls than a plain download). Returns the SHA-256 of
+        the whole file, its size and modification time."""
+        with open(path, "ab+" if resume else "wb") as file:
             digest = hashlib.sha256()
-            for block in iter(lambda: file.read(chunk_bytes), b""):
-                digest.update(block)
-            state = {"digest": digest}
+            if resume:
+                file.seek(0)
+                for block in iter(lambda: file.read(chunk_bytes), b""):
+                    digest.update(block)
+            state = {"digest": digest, "size": file.tell()}
 
-            def size() -> int:
-                return file.seek(0, os.SEEK_END)
-
-            def receive(response) -> str:
-                if response.status == 200 and size():
+            def receive(response) -> None:
+                if response.status == 200 and state["size"]:
+                    file.seek(0)
                     file.truncate(0)  # the server sent the whole file, not the range
-                    state["digest"] = hashlib.sha256()
+                    state["digest"], state["size"] = hashlib.sha256(), 0
                 elif response.status not in (200, 206):
                     response.read()
                     raise ApiError(response.status, "unexpected_status", "Unexpected answer.")
-                while block := response.read(chunk_bytes):
+                # into one buffer per thread, reused: no new megabyte (and its page faults)
+                # for every block
+                buffer = self._local.__dict__.get("buffer")
+                if buffer is None or len(buffer) != chunk_bytes:
+                    buffer = self._local.buffer = memoryview(bytearray(chunk_bytes))
+                while count := response.readinto(buffer):
+                    block = buffer[:count]
                     file.write(block)
                     state["digest"].update(block)
+                    state["size"] += count
                     if progress is not None:
-                        progress(len(block))
+                        progress(count)
                 file.flush()
-                return state["digest"].hexdigest()
+                if response.length:  # bytes promised that never came: the connection was cut
+                    raise BodyCutOff(f"{response.length} bytes short")
 
             attempts_left = self.retry.attempts
             while True:
                 headers = {"User-Agent": self.user_agent}
-                if size():
-                    headers["Range"] = f"bytes={size()}-"
+                if state["size"]:
+                    headers["Range"] = f"bytes={state['size']}-"
                 try:
-                    return self._pooled("GET", url, headers, receive)
-                except TransientError:
+                    self._pooled("GET", url, headers, receive)
+                    break
+                except (TransientError, BodyCutOff) as exc:
                     # A body cut off mid-way: go on from what arrived, within the same budget.
                     attempts_left -= 1
                     if attempts_left <= 0:
-                        raise
+                        raise TransientError(f"GET {_redact(url)}: {exc}") from None
+                    self._drop(self._connection_key(url))
+                    self.sleep(self.retry.delay(self.retry.attempts - attempts_left - 1))
+                    state["size"] = file.seek(0, os.SEEK_END)  # what did reach the file
+            stat = os.fstat(file.fileno())
+        return Streamed(state["digest"].hexdigest(), stat.st_size, stat.st_mtime_ns)
 
 
 def _api_error(status: int, body: bytes) -> ApiError:

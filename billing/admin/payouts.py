@@ -18,6 +18,7 @@ from billing.services.payables import payables_release_hold
 from billing.services.payments import payments_enabled
 from billing.services.payouts import payout_plan, payout_run
 from marketplace.errors import ServiceError
+from orders.money import admin_money, format_money, format_rate
 
 
 @admin.register(FleetPayoutAccount)
@@ -33,8 +34,13 @@ def _run_confirmation(model_admin, request) -> TemplateResponse:
         **model_admin.admin_site.each_context(request),
         "title": "Run fleet payouts",
         "opts": Payout._meta,
-        "plan": payout_plan(),
-        "pending": Payout.objects.filter(status=Payout.Status.PENDING).select_related("fleet"),
+        "plan": [(row, format_money(row.amount, row.currency)) for row in payout_plan()],
+        "pending": [
+            (payout, format_money(payout.amount, payout.currency))
+            for payout in Payout.objects.filter(status=Payout.Status.PENDING).select_related(
+                "fleet"
+            )
+        ],
         "configured": payments_enabled(),
     }
     return TemplateResponse(request, "admin/billing/payout_run_confirmation.html", context)
@@ -63,8 +69,16 @@ class FleetPayableInline(admin.TabularInline):
     model = FleetPayable
     extra = 0
     can_delete = False
-    fields = ["job", "order", "accepted_seconds", "rate_per_hour", "amount", "currency"]
+    fields = ["job", "order", "accepted_seconds", "rate", "amount_formatted"]
     readonly_fields = fields
+
+    @admin.display(description="Rate")
+    def rate(self, payable) -> str:
+        return format_rate(payable.rate_per_hour, payable.currency)
+
+    @admin.display(description="Amount")
+    def amount_formatted(self, payable) -> str:
+        return format_money(payable.amount, payable.currency)
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -106,7 +120,7 @@ class PayoutAdmin(CsvExportMixin, StaffActionsReadOnlyAdmin):
     list_display = [
         "created_at",
         "fleet",
-        "amount",
+        admin_money("amount"),
         "currency",
         "status",
         "stripe_transfer_id",
@@ -198,9 +212,9 @@ class FleetPayableAdmin(CsvExportMixin, StaffActionsReadOnlyAdmin):
         "order",
         "job",
         "accepted_seconds",
-        "rate_per_hour",
-        "amount",
-        "customer_amount",
+        "rate",
+        admin_money("amount"),
+        admin_money("customer_amount", description="Customer amount"),
         "currency",
         "payout",
         "held",
@@ -211,6 +225,10 @@ class FleetPayableAdmin(CsvExportMixin, StaffActionsReadOnlyAdmin):
     readonly_fields = [f.name for f in FleetPayable._meta.fields]
     actions = ["run_payouts", "export_payables_csv", "release_holds"]
     change_list_template = "admin/billing/fleetpayable_change_list.html"
+
+    @admin.display(description="Rate", ordering="rate_per_hour")
+    def rate(self, payable) -> str:
+        return format_rate(payable.rate_per_hour, payable.currency)
 
     @admin.display(boolean=True, description="held")
     def held(self, payable) -> bool:
@@ -245,7 +263,16 @@ class FleetPayableAdmin(CsvExportMixin, StaffActionsReadOnlyAdmin):
             **self.admin_site.each_context(request),
             "title": "Fleet payables summary",
             "opts": self.model._meta,
-            "rows": payables_summary(),
+            "rows": [
+                {
+                    **row,
+                    "money": {
+                        key: format_money(row[key], row["currency"])
+                        for key in ("earned", "paid", "pending", "unpaid", "margin")
+                    },
+                }
+                for row in payables_summary()
+            ],
             "export_url": reverse("admin:billing_payables_export"),
             "run_url": reverse("admin:billing_payout_run"),
         }
@@ -256,8 +283,12 @@ class PayoutInline(admin.TabularInline):
     model = Payout
     extra = 0
     can_delete = False
-    fields = ["fleet", "amount", "currency", "status", "stripe_transfer_id", "failure_message"]
+    fields = ["fleet", "amount_formatted", "status", "stripe_transfer_id", "failure_message"]
     readonly_fields = fields
+
+    @admin.display(description="Amount")
+    def amount_formatted(self, payout) -> str:
+        return format_money(payout.amount, payout.currency)
 
     def has_add_permission(self, request, obj=None):
         return False

@@ -66,7 +66,7 @@ def test_run_action_asks_for_confirmation_then_pays(
     assert confirm.status_code == 200
     page = confirm.content.decode()
     assert "Yes, pay the fleets" in page
-    assert "Fleet Alpha" in page and "50.00 USD" in page
+    assert "Fleet Alpha" in page and "$50.00" in page  # the one money format
     assert "Fleet Beta" in page and "none: skipped and flagged" in page
     assert connect.requests == []
     # when: staff confirm
@@ -137,3 +137,36 @@ def test_staff_add_a_payout_account_in_the_admin(staff_client, owed_fleets):
     assert response.status_code == 302
     assert FleetPayoutAccount.objects.get(fleet=unpaid).stripe_account_id == "acct_beta"
     assert Decimal("0") < FleetPayable.objects.get(fleet=unpaid).amount
+
+
+def test_payout_admin_money_reads_in_the_one_money_format(staff_client, owed_fleets, connect):
+    from orders.money import format_money, format_rate
+
+    # given: a confirmation page before the run, then a payout and the payables after it
+    payables = list(FleetPayable.objects.order_by("amount"))
+    unpaid_total = sum((p.amount for p in payables), Decimal("0"))
+    confirmation = staff_client.get(reverse("admin:billing_payout_run")).content.decode()
+    payout_run(triggered_by="test")
+    payout = Payout.objects.get()
+    pages = {
+        "payouts": staff_client.get(reverse("admin:billing_payout_changelist")),
+        "payout": staff_client.get(reverse("admin:billing_payout_change", args=[payout.pk])),
+        "payables": staff_client.get(reverse("admin:billing_fleetpayable_changelist")),
+        "summary": staff_client.get(reverse("admin:billing_payables_summary")),
+    }
+    html = {name: response.content.decode() for name, response in pages.items()}
+    # then: every amount as format_money writes it ($1,234.50), never "1234.50 USD"
+    assert all(response.status_code == 200 for response in pages.values())
+    for payable in payables:
+        assert format_money(payable.amount, payable.currency) in confirmation
+        assert format_money(payable.amount, payable.currency) in html["payables"]
+        assert format_money(payable.customer_amount, payable.currency) in html["payables"]
+        assert format_rate(payable.rate_per_hour, payable.currency) in html["payables"]
+        assert f"{payable.amount} {payable.currency}" not in confirmation
+    paid_payables = [p for p in payables if p.fleet_id == payout.fleet_id]
+    assert format_money(payout.amount, payout.currency) in html["payouts"]
+    assert format_money(payout.amount, payout.currency) in html["payout"]
+    for paid in paid_payables:  # the payout's payables inline
+        assert format_money(paid.amount, paid.currency) in html["payout"]
+    assert format_money(payout.amount, payout.currency) in html["summary"]  # paid column
+    assert unpaid_total > payout.amount  # (the other fleet's stay unpaid)

@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from django.db import connections
 
 from datasets.models import DownloadEvent
 from marketplace_client.download import STATE_FILE, DeliveryDownloader
@@ -170,3 +171,85 @@ def test_an_expired_signed_link_is_replaced_by_a_fresh_one(
     assert summary.failures == [] and summary.fetched == len(files)
     for path, data in files.items():
         assert (tmp_path / path).read_bytes() == data
+
+
+def test_links_come_in_a_few_batches_each_file_recorded_once(live_server, s3, customer, tmp_path):
+    # given: 1,200 files (more than two full batches of 500)
+    files = synthetic_files(1200, size=64)
+    delivery = make_ready_delivery(customer.organization, files)
+    client = ApiClient(live_server.url, customer.raw_key)
+    downloader = DeliveryDownloader(client, str(delivery.id), tmp_path, workers=8, quiet=True)
+    # when
+    summary = downloader.run()
+    # then: every file verified; one audited link per file; batches from 32 doubling to 500
+    assert summary.failures == [] and summary.fetched == len(files)
+    events = DownloadEvent.objects.filter(delivery=delivery)
+    assert events.count() == len(files) + 1  # + manifest.json
+    assert sorted(events.values_list("path", flat=True)) == sorted([*files, "manifest.json"])
+    assert set(events.values_list("api_key_id", flat=True)) == {customer.api_key.pk}
+    assert downloader.links.batch_sizes == [32, 64, 128, 256, 500, 222]  # 1,202 files
+    for path, data in files.items():
+        assert (tmp_path / path).read_bytes() == data
+
+
+def test_links_that_expire_in_the_book_are_renewed_before_storage_refuses_them(
+    live_server, s3, customer, tmp_path, settings
+):
+    # given: links valid for 3 s, and a download slowed to ~10 files a second per worker
+    settings.DELIVERY_LINK_EXPIRY_SECONDS = 3
+    files = synthetic_files(60, size=64)
+    delivery = make_ready_delivery(customer.organization, files)
+    client = ApiClient(live_server.url, customer.raw_key)
+    downloader = DeliveryDownloader(client, str(delivery.id), tmp_path, workers=2, quiet=True)
+    refused = []
+    real_stream = client.stream_to
+
+    def slow_stream(url, part, **kwargs):
+        time.sleep(0.1)
+        try:
+            return real_stream(url, part, **kwargs)
+        except ApiError as exc:
+            refused.append(exc.status)
+            raise
+
+    client.stream_to = slow_stream
+    # when
+    summary = downloader.run()
+    # then: every file arrived; stale links were signed again in the book (not one by one
+    # after storage refused them)
+    assert summary.failures == [] and summary.fetched == len(files)
+    assert refused == []
+    assert downloader.links.requests >= 2
+    assert DownloadEvent.objects.filter(delivery=delivery).count() > len(files) + 1
+    for path, data in files.items():
+        assert (tmp_path / path).read_bytes() == data
+
+
+def test_a_delivery_revoked_mid_download_fails_the_files_still_waiting_for_links(
+    live_server, s3, customer, tmp_path
+):
+    from marketplace_client.links import LinkBook
+
+    files = synthetic_files(200, size=64)
+    delivery = make_ready_delivery(customer.organization, files)
+    client = ApiClient(live_server.url, customer.raw_key)
+    downloader = DeliveryDownloader(client, str(delivery.id), tmp_path, workers=2, quiet=True)
+    real_request = downloader._request_links
+    batches = []
+
+    def request_then_revoke(paths):
+        answer = real_request(paths)
+        batches.append(len(paths))
+        if len(batches) == 2:  # the manifest, then the first batch of files: revoke now
+            customer.client.post(f"/api/v1/deliveries/{delivery.id}/revoke")
+            connections.close_all()  # this runs in a download worker's thread
+        return answer
+
+    downloader._request_links = request_then_revoke
+    downloader.links = LinkBook(request_then_revoke, batch=50, first_batch=50)
+    summary = downloader.run()
+    # the 50 files whose links came before the revocation arrived; the others failed with it
+    assert summary.fetched == 50
+    assert len(summary.failures) == len(files) - 50
+    assert all("delivery_revoked" in failure for failure in summary.failures)
+    assert DownloadEvent.objects.filter(delivery=delivery).count() == 1 + 50

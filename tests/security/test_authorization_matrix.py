@@ -176,6 +176,9 @@ API = {
     (f"{V1}/deliveries/{{id}}", "get"): Rule(CUSTOMER, "delivery"),
     (f"{V1}/deliveries/{{id}}/files", "get"): Rule(CUSTOMER, "delivery"),
     (f"{V1}/deliveries/{{id}}/download", "get"): Rule(CUSTOMER, "delivery"),
+    (f"{V1}/deliveries/{{id}}/links", "post"): Rule(
+        CUSTOMER, "delivery", body={"paths": ["manifest.json"]}
+    ),
     (f"{V1}/deliveries/{{id}}/revoke", "post"): Rule(CUSTOMER, "delivery", (OWNER,)),
     (f"{V1}/deliveries/{{id}}/reject-episodes", "post"): Rule(
         CUSTOMER,
