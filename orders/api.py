@@ -3,12 +3,14 @@
 from decimal import Decimal
 
 import django_filters
+from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import generics, serializers, status
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from marketplace.conditional import conditional_response
 from marketplace.error_codes import ErrorCode as CommonCode
 from marketplace.errors import ServiceError
 from marketplace.filters import UtcIsoDateTimeFilter
@@ -29,7 +31,12 @@ from orders.models import (
     SensorAddon,
     TaskType,
 )
-from orders.representations import quote_representation
+from orders.representations import (
+    order_detail_representation,
+    order_representation,
+    order_rows,
+    quote_representation,
+)
 from orders.selectors import order_list, quote_visible_to, rate_card_current
 from orders.streams import DEFAULT_VIDEO_CODEC, VIDEO_CODECS
 
@@ -438,6 +445,13 @@ class OrderListCreate(generics.ListAPIView):
     def get_queryset(self):
         return order_list(organization=caller_for_request(self.request).organization)
 
+    def list(self, request, *args, **kwargs):
+        # the hot path: rows, not model objects, and the same fields as OrderSerializer
+        page = self.paginate_queryset(order_rows(self.filter_queryset(self.get_queryset())))
+        body = self.get_paginated_response([order_representation(row) for row in page]).data
+        organization = caller_for_request(request).organization
+        return conditional_response(request, body, organization_id=organization.pk)
+
     def post(self, request):
         caller = caller_for_request(request)
         if not isinstance(request.data, dict):
@@ -472,9 +486,16 @@ class OrderDetail(generics.RetrieveAPIView):
     serializer_class = OrderDetailSerializer
 
     def get_queryset(self):
-        return order_list(
-            organization=caller_for_request(self.request).organization
-        ).prefetch_related("events")
+        return order_list(organization=caller_for_request(self.request).organization)
+
+    def retrieve(self, request, *args, **kwargs):
+        # the hot path: one row and its events, the same fields as OrderDetailSerializer
+        organization = caller_for_request(request).organization
+        row = order_rows(self.get_queryset()).filter(pk=kwargs["pk"]).first()
+        if row is None:
+            raise Http404  # as get_object would: the one 404 body
+        body = order_detail_representation(row)
+        return conditional_response(request, body, organization_id=organization.pk)
 
 
 @extend_schema(
