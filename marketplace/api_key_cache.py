@@ -9,7 +9,8 @@ Two modes, chosen by whether the default cache is shared between processes:
   admin) bumps it, at once and again after commit, so every process drops its copies before
   its next request. A warm request runs no SELECT for the key.
 - With the embedded per-process cache another process cannot see a bump, so the key itself is
-  read on every request: one SELECT by its unique prefix, no joins, so `revoked_at` is always
+  read on every request: one SELECT by its unique prefix (no joins once the organization is
+  held; joined to it, in the same one statement, when not), so `revoked_at` is always
   the database's. Only the organization (id, kind, name: nothing a revocation changes) comes
   from this process's memory, for at most API_KEY_CACHE_SECONDS; what can change on it while
   a client waits (the webhook URL) is read from the database where it is shown.
@@ -40,8 +41,9 @@ _MAX_ENTRIES = 10_000
 _lock = threading.Lock()
 # (prefix, sha256 hex) -> (version, monotonic time loaded, key with its organization)
 _keys: dict[tuple[str, str], tuple[int, float, ApiKey]] = {}
-# organization id -> (version, monotonic time loaded, organization)
+# organization id -> (version, monotonic time loaded, organization); key prefix -> its org id
 _organizations: dict[object, tuple[int, float, Organization]] = {}
+_organization_of: dict[str, object] = {}
 
 
 def shared() -> bool:
@@ -59,10 +61,21 @@ def lookup(prefix: str, hashed_key: str) -> ApiKey | None:
         held = _keys.get((prefix, hashed_key))
         if held is not None and held[0] == version and now - held[1] < ttl:
             return held[2]
-    api_key = ApiKey.objects.filter(prefix=prefix).first()
+    organization = _fresh_organization(_organization_of.get(prefix), version, now, ttl)
+    keys = ApiKey.objects.filter(prefix=prefix)
+    # not held: the organization joined into the same one statement
+    api_key = keys.select_related("organization").first() if organization is None else keys.first()
     if api_key is None:
         return None
-    api_key.organization = _organization(api_key.organization_id, version, now, ttl)
+    if organization is None or organization.pk != api_key.organization_id:
+        organization = api_key.organization
+        with _lock:
+            if len(_organizations) >= _MAX_ENTRIES:
+                _organizations.clear()
+                _organization_of.clear()
+            _organizations[organization.pk] = (version, now, organization)
+            _organization_of[prefix] = organization.pk
+    api_key.organization = organization
     if (
         shared()
         and api_key.revoked_at is None
@@ -75,16 +88,11 @@ def lookup(prefix: str, hashed_key: str) -> ApiKey | None:
     return api_key
 
 
-def _organization(organization_id, version: int, now: float, ttl: float) -> Organization:
+def _fresh_organization(organization_id, version: int, now: float, ttl: float):
     held = _organizations.get(organization_id)
     if held is not None and held[0] == version and now - held[1] < ttl:
         return held[2]
-    organization = Organization.objects.get(pk=organization_id)
-    with _lock:
-        if len(_organizations) >= _MAX_ENTRIES:
-            _organizations.clear()
-        _organizations[organization_id] = (version, now, organization)
-    return organization
+    return None
 
 
 def forget() -> None:
@@ -92,6 +100,7 @@ def forget() -> None:
     with _lock:
         _keys.clear()
         _organizations.clear()
+        _organization_of.clear()
     try:
         cache.incr(VERSION_KEY)
     except ValueError:  # not set yet (or evicted): any new value differs from the copies'

@@ -34,6 +34,7 @@ from orders.models import (
 from orders.representations import (
     order_detail_representation,
     order_representation,
+    order_row,
     order_rows,
     quote_representation,
 )
@@ -473,7 +474,9 @@ class OrderListCreate(generics.ListAPIView):
                 order = services.order_create(
                     caller=caller, request=serializer.to_request(), details=serializer.to_details()
                 )
-            return Response(OrderDetailSerializer(order).data, status=status.HTTP_201_CREATED)
+            # the same fields as OrderDetailSerializer (tested equal), its events read once
+            body = order_detail_representation(order_row(order))
+            return Response(body, status=status.HTTP_201_CREATED)
 
         return idempotent_response(
             request=request, organization=caller.organization, scope="orders.create", handler=create

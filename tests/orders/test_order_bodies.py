@@ -153,3 +153,48 @@ def test_another_tenants_order_never_answers_through_a_304(customer, other_custo
     )
     asked = empty.client.get("/api/v1/orders", headers={"If-None-Match": theirs["ETag"]})
     assert asked.status_code == 200 and asked["ETag"] != theirs["ETag"]
+
+
+SPEC = {"task_type": "peg-insertion", "embodiment": "franka-fr3", "hours": "10", "environments": 2}
+
+
+def test_order_create_answers_the_serializers_body_in_few_statements(customer):
+    customer.client.get("/api/v1/me")
+    # warm, as a server is after its first request (catalog and rate card held)
+    assert customer.client.post("/api/v1/quotes/preview", SPEC, format="json").status_code == 200
+    with CaptureQueriesContext(connection) as queries:
+        response = customer.client.post(
+            "/api/v1/orders", SPEC, format="json", headers={"Idempotency-Key": "count-me"}
+        )
+    assert response.status_code == 201
+    order = Order.objects.prefetch_related("events").get(pk=response.json()["id"])
+    assert response.json() == OrderDetailSerializer(order).data
+    assert [(e.from_status, e.to_status) for e in order.events.all()] == [
+        ("", "draft"),
+        ("draft", "awaiting_payment"),
+    ]
+    assert order.status == "awaiting_payment" and order.organization_id == customer.organization.id
+    sqls = [q["sql"].split()[0] for q in queries]
+    # the key; the idempotency row (one INSERT ... ON CONFLICT); a savepoint around the order
+    # and its two events (one INSERT each); the events read for the body; the stored answer.
+    # The test's own transaction stands for BEGIN/COMMIT (the outer SAVEPOINT/RELEASE here);
+    # a real server adds conn_health_checks' SELECT 1: 11 in all.
+    assert sqls == [
+        "SELECT", "SAVEPOINT", "INSERT", "SAVEPOINT", "INSERT", "INSERT", "RELEASE",
+        "SELECT", "UPDATE", "RELEASE",
+    ], [q["sql"][:120] for q in queries]  # fmt: skip
+    replay = customer.client.post(
+        "/api/v1/orders", SPEC, format="json", headers={"Idempotency-Key": "count-me"}
+    )
+    assert replay.status_code == 201 and replay["Idempotent-Replayed"] == "true"
+    assert replay.json() == response.json()
+    assert Order.objects.filter(organization=customer.organization).count() == 1
+
+
+def test_order_from_a_quote_answers_the_serializers_body(customer):
+    quote = customer.client.post("/api/v1/quotes", SPEC, format="json").json()
+    response = customer.client.post("/api/v1/orders", {"quote": quote["id"]}, format="json")
+    assert response.status_code == 201
+    order = Order.objects.prefetch_related("events").get(pk=response.json()["id"])
+    assert response.json() == OrderDetailSerializer(order).data
+    assert response.json()["total"] == quote["total"] and response.json()["quote"] == quote["id"]
