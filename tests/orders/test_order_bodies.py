@@ -155,7 +155,13 @@ def test_another_tenants_order_never_answers_through_a_304(customer, other_custo
     assert asked.status_code == 200 and asked["ETag"] != theirs["ETag"]
 
 
-SPEC = {"task_type": "peg-insertion", "embodiment": "franka-fr3", "hours": "10", "environments": 2}
+SPEC = {
+    "task_type": "peg-insertion",
+    "embodiment": "franka-fr3",
+    "hours": "10",
+    "environments": 2,
+    "sensors": ["wrist-camera"],
+}
 
 
 def test_order_create_answers_the_serializers_body_in_few_statements(customer):
