@@ -13,7 +13,10 @@ runs locust headless: for each endpoint, and then for all of them at once ("mixe
 run and then the endpoint's run (--seconds each, --users concurrent users, closed loop).
 Prints per endpoint: requests/s, p50, p99, errors, the ratio of its requests/s to the bare
 run just before it, the SQL queries one request makes (measured in-process with Django's
-test client) and the gunicorn CPU time per request (from /proc, Linux). Then checks the
+test client), the statements PostgreSQL really receives for one request from gunicorn
+("on wire": counted by bench/pg_statements.py between gunicorn and PostgreSQL, so BEGIN,
+COMMIT and conn_health_checks' SELECT 1 are in it) and the gunicorn CPU time per request
+(from /proc, Linux). Then checks the
 writes: every order and episode that answered 201 is stored exactly once (orders are also
 retried with their Idempotency-Key during the run). Exits non-zero on any error. Bounded:
 20 runs of --seconds (about 4 min at the default).
