@@ -204,3 +204,11 @@ def test_order_from_a_quote_answers_the_serializers_body(customer):
     order = Order.objects.prefetch_related("events").get(pk=response.json()["id"])
     assert response.json() == OrderDetailSerializer(order).data
     assert response.json()["total"] == quote["total"] and response.json()["quote"] == quote["id"]
+
+
+@pytest.mark.parametrize("header", ["garbage", '"', "W/", ",,,", '"' + "x" * 10000 + '"', "W/*"])
+def test_a_malformed_if_none_match_is_a_plain_200(customer, header):
+    order = OrderFactory(organization=customer.organization)
+    for url in ("/api/v1/orders", f"/api/v1/orders/{order.id}"):
+        response = customer.client.get(url, headers={"If-None-Match": header})
+        assert response.status_code == 200 and response.json(), (url, header)
