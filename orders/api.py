@@ -4,7 +4,12 @@ from decimal import Decimal
 
 import django_filters
 from django.http import Http404
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import generics, serializers, status
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
@@ -416,6 +421,17 @@ def _refuse_with_quote(data: dict) -> None:
         )
 
 
+NOT_MODIFIED = OpenApiResponse(
+    description="Not modified: the `ETag` sent in `If-None-Match` is still the body's (no body)."
+)
+IF_NONE_MATCH = OpenApiParameter(
+    "If-None-Match",
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
+    description="The `ETag` of an earlier answer: 304 while the body is unchanged.",
+)
+
 ORDER_CREATE_DOC = (
     "Place an order, either from a quote (`quote` + order details, at exactly the quoted price) "
     "or from a full specification (priced now). Prices sent by the client are refused. "
@@ -425,7 +441,9 @@ ORDER_CREATE_DOC = (
 
 @extend_schema_view(
     get=extend_schema(
-        summary="List the organization's orders", responses=OrderSerializer(many=True)
+        summary="List the organization's orders",
+        responses={200: OrderSerializer(many=True), 304: NOT_MODIFIED},
+        parameters=[IF_NONE_MATCH],
     ),
     post=extend_schema(
         summary="Place an order",
@@ -483,6 +501,11 @@ class OrderListCreate(generics.ListAPIView):
         )
 
 
+@extend_schema_view(
+    get=extend_schema(
+        responses={200: OrderDetailSerializer, 304: NOT_MODIFIED}, parameters=[IF_NONE_MATCH]
+    )
+)
 class OrderDetail(generics.RetrieveAPIView):
     permission_classes = [IsAuthenticated, IsCustomer]
     throttle_classes = [CallerRateThrottle]
