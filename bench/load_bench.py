@@ -13,7 +13,10 @@ runs locust headless: for each endpoint, and then for all of them at once ("mixe
 run and then the endpoint's run (--seconds each, --users concurrent users, closed loop).
 Prints per endpoint: requests/s, p50, p99, errors, the ratio of its requests/s to the bare
 run just before it, the SQL queries one request makes (measured in-process with Django's
-test client) and the gunicorn CPU time per request (from /proc, Linux). Then checks the
+test client), the statements PostgreSQL really receives for one request from gunicorn
+("on wire": counted by bench/pg_statements.py between gunicorn and PostgreSQL, so BEGIN,
+COMMIT and conn_health_checks' SELECT 1 are in it) and the gunicorn CPU time per request
+(from /proc, Linux). Then checks the
 writes: every order and episode that answered 201 is stored exactly once (orders are also
 retried with their Idempotency-Key during the run). Exits non-zero on any error. Bounded:
 20 runs of --seconds (about 4 min at the default).
@@ -175,12 +178,8 @@ def seed_world() -> dict:
     }
 
 
-def queries_per_request(world: dict) -> dict[str, int]:
-    """SQL queries one request of each scenario makes, through Django's test client."""
-    from django.db import connection
-    from django.test import Client
-    from django.test.utils import CaptureQueriesContext
-
+def scenario_calls(world: dict) -> dict[str, tuple]:
+    """name -> (method, path, caller, body, extra headers in the test client's spelling)."""
     customer, fleet = world["customers"][0], world["fleets"][0]
     job = fleet["jobs"][0]
     body = {
@@ -232,6 +231,17 @@ def queries_per_request(world: dict) -> dict[str, int]:
             {},
         ),
     }
+    return calls
+
+
+def queries_per_request(world: dict) -> dict[str, int]:
+    """SQL queries one request of each scenario makes, through Django's test client."""
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    calls = scenario_calls(world)
+    customer, fleet = world["customers"][0], world["fleets"][0]
     counts = {}
     client = Client()
     for caller in (customer, fleet):  # a key's first use records it: count the uses after
@@ -244,6 +254,47 @@ def queries_per_request(world: dict) -> dict[str, int]:
             response = getattr(client, method)(path, **kwargs, **extra)
         assert response.status_code < 300, (name, response.status_code, response.content[:300])
         counts[name] = len(queries)
+    return counts
+
+
+def statements_on_server(env: dict, world: dict, names: list[str]) -> dict[str, int]:
+    """Statements PostgreSQL receives for one request of each scenario from gunicorn (one
+    worker, warm: each scenario asked twice first), counted on the wire by bench/pg_statements
+    (conn_health_checks' SELECT 1, BEGIN and COMMIT included). The median of three requests."""
+    import http.client
+
+    from bench.pg_statements import StatementCounter
+
+    calls = scenario_calls(world)
+    url = env["DATABASE_URL"]
+    host, port = url.split("@", 1)[1].split("/", 1)[0].split(":")
+    counts = {}
+    with StatementCounter(host, int(port)) as proxy:
+        proxied = {**env, "DATABASE_URL": proxy.database_url(url)}
+        with gunicorn(proxied, workers=1) as server_port:
+            for name in ["bare", *names]:
+                if name not in calls:
+                    continue
+                method, path, caller, data, extra = calls[name]
+                seen = []
+                for attempt in range(5):
+                    headers = {"Content-Type": "application/json"}
+                    if caller:
+                        headers["Authorization"] = f"Bearer {caller['key']}"
+                    for header, value in extra.items():
+                        spelled = header.removeprefix("HTTP_").replace("_", "-").title()
+                        headers[spelled] = f"{value}-server-{attempt}"
+                    before = proxy.count
+                    conn = http.client.HTTPConnection("127.0.0.1", server_port, timeout=30)
+                    body = json.dumps(data) if data else None
+                    conn.request(method.upper(), path, body, headers)
+                    response = conn.getresponse()
+                    response.read()
+                    conn.close()
+                    assert response.status < 300, (name, response.status)
+                    if attempt >= 2:  # after two warm-up requests
+                        seen.append(proxy.count - before)
+                counts[name] = int(statistics.median(seen))
     return counts
 
 
@@ -361,8 +412,9 @@ def main() -> int:
         seeded_in = time.perf_counter() - started
         Path(env["LOAD_WORLD"]).write_text(json.dumps(world))
         queries = queries_per_request(world)
-
         names = [n for n in ENDPOINTS if n != "bare" and (not args.only or n in args.only)]
+        on_server = statements_on_server(env, world, names)
+
         results, bare_runs, failures = {}, [], []
         with gunicorn(env, workers=args.workers) as port:
 
@@ -413,13 +465,16 @@ def main() -> int:
         f" compared with it (bare row: median of {len(bare_runs)} runs)"
     )
     header = f"{'endpoint':<18}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'requests':>10}"
-    print(header + f"{'errors':>8}{'bare req/s':>12}{'vs bare':>9}{'queries':>9}{'CPU ms':>8}")
+    print(
+        header + f"{'errors':>8}{'bare req/s':>12}{'vs bare':>9}{'queries':>9}{'on wire':>9}"
+        f"{'CPU ms':>8}"
+    )
     for name, row in [("bare", bare), *results.items()]:
         print(
             f"{name:<18}{row['rps']:>9.1f}{row['p50_ms']:>9.0f}{row['p99_ms']:>9.0f}"
             f"{row['requests']:>10}{row['errors']:>8}{row['bare_rps']:>12.1f}"
             f"{row['rps'] / row['bare_rps']:>9.3f}{queries.get(name, ''):>9}"
-            f"{row['cpu_ms']:>8.1f}"
+            f"{on_server.get(name, ''):>9}{row['cpu_ms']:>8.1f}"
         )
     for check, ok in integrity.items():
         print(f"{'ok ' if ok else 'FAILED '} {check}")

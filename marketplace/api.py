@@ -8,7 +8,7 @@ from rest_framework.views import APIView
 
 from marketplace import services
 from marketplace.errors import NotFound
-from marketplace.models import ApiKey, Membership
+from marketplace.models import ApiKey, Membership, Organization
 from marketplace.permissions import IsOrganizationOwner
 from marketplace.responses import shown_once
 from marketplace.tenancy import caller_for_request
@@ -131,7 +131,10 @@ class OrganizationWebhook(APIView):
 
     @extend_schema(responses=WebhookSettingSerializer, summary="The organization's webhook URL")
     def get(self, request):
-        return Response({"url": caller_for_request(request).organization.webhook_url})
+        # from the database, not the caller's organization (kept per process with API keys)
+        organization = Organization.objects.only("webhook_url")
+        url = organization.get(pk=caller_for_request(request).organization.pk).webhook_url
+        return Response({"url": url})
 
     @extend_schema(
         request=WebhookSettingSerializer,

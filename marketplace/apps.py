@@ -8,7 +8,8 @@ class MarketplaceConfig(AppConfig):
     def ready(self):
         from django.db.models.signals import post_delete, post_save, pre_delete
 
-        from marketplace import receivers, schema  # noqa: F401 - schema registers the auth scheme
+        # schema registers the auth scheme; api_key_cache connects its invalidation
+        from marketplace import api_key_cache, receivers, schema  # noqa: F401
         from marketplace.models import Membership, User
 
         # Admin deletions and cascades included: the keys of whoever leaves stop working.

@@ -4,6 +4,7 @@ import hmac
 
 from rest_framework import authentication, exceptions
 
+from marketplace import api_key_cache
 from marketplace.models import ApiKey
 from marketplace.services import api_key_touch, hash_api_key, split_api_key
 
@@ -22,12 +23,9 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         parts = split_api_key(raw_key)
         if parts is None:
             raise exceptions.AuthenticationFailed("Malformed API key.")
-        api_key = (
-            ApiKey.objects.select_related("organization", "created_by")
-            .filter(prefix=parts[0])
-            .first()
-        )
-        if api_key is None or not hmac.compare_digest(api_key.hashed_key, hash_api_key(raw_key)):
+        hashed = hash_api_key(raw_key)
+        api_key = api_key_cache.lookup(parts[0], hashed)
+        if api_key is None or not hmac.compare_digest(api_key.hashed_key, hashed):
             raise exceptions.AuthenticationFailed("Invalid API key.")
         if api_key.revoked_at is not None:
             raise exceptions.AuthenticationFailed("This API key has been revoked.")

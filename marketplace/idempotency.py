@@ -9,7 +9,8 @@ import hashlib
 import json
 from collections.abc import Callable
 
-from django.db import transaction
+from django.db import connection, transaction
+from django.utils import timezone
 from rest_framework.response import Response
 
 from marketplace.error_codes import ErrorCode
@@ -44,11 +45,8 @@ def idempotent_response(
         )
     fingerprint = request_fingerprint(request.data)
     with transaction.atomic():
-        record, created = IdempotencyKey.objects.get_or_create(
-            organization=organization,
-            scope=scope,
-            key=key,
-            defaults={"request_fingerprint": fingerprint},
+        record, created = _claim(
+            organization=organization, scope=scope, key=key, fingerprint=fingerprint
         )
         if not created:
             if record.request_fingerprint != fingerprint:
@@ -68,3 +66,41 @@ def idempotent_response(
         record.response_body = json.loads(json.dumps(response.data, default=str))
         record.save(update_fields=["response_status", "response_body"])
     return response
+
+
+def _claim(*, organization: Organization, scope: str, key: str, fingerprint: str):
+    """(the key's row, whether this call created it). A new key costs one statement,
+    `INSERT ... ON CONFLICT DO NOTHING RETURNING id` (get_or_create takes a SELECT, a savepoint,
+    the INSERT and a release); a key already taken is read after. On a concurrent first use
+    the INSERT waits on the unique index like get_or_create's, then finds the row committed."""
+    field = IdempotencyKey._meta.get_field
+    now = timezone.now()
+    values = [
+        field("organization").get_db_prep_value(organization.pk, connection),
+        scope,
+        key,
+        fingerprint,
+        field("created_at").get_db_prep_value(now, connection),
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'INSERT INTO "{IdempotencyKey._meta.db_table}"'  # noqa: S608 - the model's table
+            ' ("organization_id", "scope", "key", "request_fingerprint", "created_at")'
+            " VALUES (%s, %s, %s, %s, %s)"
+            ' ON CONFLICT ("organization_id", "scope", "key") DO NOTHING RETURNING "id"',
+            values,
+        )
+        inserted = cursor.fetchone()
+    if inserted is None:
+        return IdempotencyKey.objects.get(organization=organization, scope=scope, key=key), False
+    record = IdempotencyKey(
+        id=inserted[0],
+        organization=organization,
+        scope=scope,
+        key=key,
+        request_fingerprint=fingerprint,
+        created_at=now,
+    )
+    record._state.adding = False
+    record._state.db = connection.alias
+    return record, True

@@ -146,7 +146,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["marketplace.renderers.ApiJSONRenderer"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "marketplace.pagination.CreatedCursorPagination",
     "PAGE_SIZE": 50,
@@ -423,6 +423,10 @@ DELIVERY_LINK_EXPIRY_SECONDS = int(os.environ.get("DELIVERY_LINK_EXPIRY_SECONDS"
 # (orders/catalog.py): reloaded on any change seen through the shared cache, and at the latest
 # after this many seconds (the staleness bound for other processes without REDIS_URL).
 CATALOG_CACHE_SECONDS = int(os.environ.get("CATALOG_CACHE_SECONDS", "30"))
+# API keys that authenticated are kept per process this long (marketplace/api_key_cache.py):
+# with REDIS_URL, the key and its organization, dropped by every process on any revocation;
+# without it, only the organization (the key's row, revoked_at included, is read each time).
+API_KEY_CACHE_SECONDS = int(os.environ.get("API_KEY_CACHE_SECONDS", "30"))
 # The order page's camera clips: each play is a fresh, audited, short-lived link.
 EPISODE_MEDIA_LINK_SECONDS = int(os.environ.get("EPISODE_MEDIA_LINK_SECONDS", "120"))
 CELERY_BEAT_SCHEDULE["datasets-qa-sweep"] = {"task": "datasets.tasks.qa_sweep", "schedule": 300.0}

@@ -32,12 +32,15 @@ api_v1 = [
 ]
 
 urlpatterns = [
+    # The API first: every request walks this list in order, and an API call used to try all
+    # the portal's patterns before reaching its own (no page lives under api/, so the order
+    # changes no route).
+    path("api/v1/", include(api_v1)),
     path("", include("portal.urls")),  # every web page (server-rendered; the same services)
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),
     path("billing/stripe/webhook/", billing_views.stripe_webhook, name="stripe-webhook"),
-    path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path(

@@ -3,12 +3,19 @@
 from decimal import Decimal
 
 import django_filters
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from django.http import Http404
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import generics, serializers, status
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from marketplace.conditional import conditional_response
 from marketplace.error_codes import ErrorCode as CommonCode
 from marketplace.errors import ServiceError
 from marketplace.filters import UtcIsoDateTimeFilter
@@ -29,7 +36,13 @@ from orders.models import (
     SensorAddon,
     TaskType,
 )
-from orders.representations import quote_representation
+from orders.representations import (
+    order_detail_representation,
+    order_representation,
+    order_row,
+    order_rows,
+    quote_representation,
+)
 from orders.selectors import order_list, quote_visible_to, rate_card_current
 from orders.streams import DEFAULT_VIDEO_CODEC, VIDEO_CODECS
 
@@ -408,6 +421,17 @@ def _refuse_with_quote(data: dict) -> None:
         )
 
 
+NOT_MODIFIED = OpenApiResponse(
+    description="Not modified: the `ETag` sent in `If-None-Match` is still the body's (no body)."
+)
+IF_NONE_MATCH = OpenApiParameter(
+    "If-None-Match",
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
+    description="The `ETag` of an earlier answer: 304 while the body is unchanged.",
+)
+
 ORDER_CREATE_DOC = (
     "Place an order, either from a quote (`quote` + order details, at exactly the quoted price) "
     "or from a full specification (priced now). Prices sent by the client are refused. "
@@ -417,7 +441,9 @@ ORDER_CREATE_DOC = (
 
 @extend_schema_view(
     get=extend_schema(
-        summary="List the organization's orders", responses=OrderSerializer(many=True)
+        summary="List the organization's orders",
+        responses={200: OrderSerializer(many=True), 304: NOT_MODIFIED},
+        parameters=[IF_NONE_MATCH],
     ),
     post=extend_schema(
         summary="Place an order",
@@ -437,6 +463,13 @@ class OrderListCreate(generics.ListAPIView):
 
     def get_queryset(self):
         return order_list(organization=caller_for_request(self.request).organization)
+
+    def list(self, request, *args, **kwargs):
+        # the hot path: rows, not model objects, and the same fields as OrderSerializer
+        page = self.paginate_queryset(order_rows(self.filter_queryset(self.get_queryset())))
+        body = self.get_paginated_response([order_representation(row) for row in page]).data
+        organization = caller_for_request(request).organization
+        return conditional_response(request, body, organization_id=organization.pk)
 
     def post(self, request):
         caller = caller_for_request(request)
@@ -459,22 +492,36 @@ class OrderListCreate(generics.ListAPIView):
                 order = services.order_create(
                     caller=caller, request=serializer.to_request(), details=serializer.to_details()
                 )
-            return Response(OrderDetailSerializer(order).data, status=status.HTTP_201_CREATED)
+            # the same fields as OrderDetailSerializer (tested equal), its events read once
+            body = order_detail_representation(order_row(order))
+            return Response(body, status=status.HTTP_201_CREATED)
 
         return idempotent_response(
             request=request, organization=caller.organization, scope="orders.create", handler=create
         )
 
 
+@extend_schema_view(
+    get=extend_schema(
+        responses={200: OrderDetailSerializer, 304: NOT_MODIFIED}, parameters=[IF_NONE_MATCH]
+    )
+)
 class OrderDetail(generics.RetrieveAPIView):
     permission_classes = [IsAuthenticated, IsCustomer]
     throttle_classes = [CallerRateThrottle]
     serializer_class = OrderDetailSerializer
 
     def get_queryset(self):
-        return order_list(
-            organization=caller_for_request(self.request).organization
-        ).prefetch_related("events")
+        return order_list(organization=caller_for_request(self.request).organization)
+
+    def retrieve(self, request, *args, **kwargs):
+        # the hot path: one row and its events, the same fields as OrderDetailSerializer
+        organization = caller_for_request(request).organization
+        row = order_rows(self.get_queryset()).filter(pk=kwargs["pk"]).first()
+        if row is None:
+            raise Http404  # as get_object would: the one 404 body
+        body = order_detail_representation(row)
+        return conditional_response(request, body, organization_id=organization.pk)
 
 
 @extend_schema(

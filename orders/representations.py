@@ -1,11 +1,17 @@
 """Response bodies of the hot endpoints, built as plain dicts (a ModelSerializer costs more than
 the pricing itself). Each equals its serializer's output, field for field: the serializer stays
-the schema's source, and tests/orders/test_representations.py compares the two."""
+the schema's source, and tests/orders/test_representations.py and test_order_bodies.py compare
+the two."""
 
 from datetime import datetime
 from decimal import Decimal
 
-from orders.models import AMOUNT, HOURS, Quote
+import orjson
+from django.db.models import QuerySet, TextField
+from django.db.models.functions import Cast
+
+from marketplace.audit import public_label
+from orders.models import AMOUNT, HOURS, Order, OrderEvent, Quote
 
 
 def _fixed(value: Decimal, places: int) -> str:
@@ -31,18 +37,127 @@ def quote_representation(quote: Quote) -> dict:
         "sensors": [str(slug) for slug in quote.sensor_slugs],
         "rush": quote.rush,
         "currency": quote.currency,
-        "lines": [
-            {
-                "code": str(line["code"]),
-                "description": str(line["description"]),
-                "quantity": str(line["quantity"]),
-                "unit_amount": str(line["unit_amount"]),
-                "amount": str(line["amount"]),
-            }
-            for line in quote.lines
-        ],
+        "lines": [_line(line) for line in quote.lines],
         "total": _fixed(quote.total, AMOUNT["decimal_places"]),
         "rate_card_version": quote.rate_card.version,
         "created_at": _moment(quote.created_at),
         "expires_at": _moment(quote.expires_at),
+    }
+
+
+# Orders: read as rows (`QuerySet.values`), not model objects, on the list and detail paths.
+ORDER_COLUMNS = (
+    "id",
+    "task_type__slug",
+    "complexity_id",
+    "embodiment__slug",
+    "hours",
+    "environments",
+    "objects_per_environment",
+    "sensor_slugs",
+    "rush",
+    "currency",
+    "lines",
+    "total",
+    "rate_card__version",
+    "quote_id",
+    "status",
+    "output_format",
+    "success_criterion",
+    "deadline",
+    "pilot_hours",
+    "notes",
+    "stream_spec",
+    "accepted_hours",
+    "created_at",
+    "updated_at",
+)
+EVENT_COLUMNS = ("order_id", "from_status", "to_status", "actor_label", "reason", "created_at")
+
+
+JSON_COLUMNS = ("sensor_slugs", "lines", "stream_spec")
+
+
+def order_rows(orders: QuerySet[Order]) -> QuerySet:
+    """The columns order_representation reads, joined in one statement. The JSON columns come
+    as their text (`<name>_json`), parsed with orjson: Django's JSONField parses each with
+    json.loads, most of a page's decoding time."""
+    texts = {f"{name}_json": Cast(name, TextField()) for name in JSON_COLUMNS}
+    plain = [name for name in ORDER_COLUMNS if name not in JSON_COLUMNS]
+    return orders.annotate(**texts).values(*plain, *texts)
+
+
+def _json(row: dict, name: str):
+    return row[name] if name in row else orjson.loads(row[f"{name}_json"])
+
+
+def event_rows(order_ids) -> QuerySet:
+    return OrderEvent.objects.filter(order_id__in=order_ids).values(*EVENT_COLUMNS)
+
+
+def order_row(order: Order) -> dict:
+    """A loaded Order as the row order_representation reads (for an order just written)."""
+    row = {name: getattr(order, name) for name in ORDER_COLUMNS if "__" not in name}
+    row["task_type__slug"] = order.task_type.slug
+    row["embodiment__slug"] = order.embodiment.slug
+    row["rate_card__version"] = order.rate_card.version
+    return row
+
+
+def order_representation(row: dict, events: list[dict] | None = None) -> dict:
+    """OrderSerializer's body from a row of ORDER_COLUMNS; with events, OrderDetailSerializer's."""
+    hours = HOURS["decimal_places"]
+    body = {
+        "id": str(row["id"]),
+        "task_type": row["task_type__slug"],
+        "complexity": row["complexity_id"],
+        "embodiment": row["embodiment__slug"],
+        "hours": _fixed(row["hours"], hours),
+        "environments": row["environments"],
+        "objects_per_environment": row["objects_per_environment"],
+        "sensors": [str(slug) for slug in _json(row, "sensor_slugs")],
+        "rush": row["rush"],
+        "currency": row["currency"],
+        "lines": [_line(line) for line in _json(row, "lines")],
+        "total": _fixed(row["total"], AMOUNT["decimal_places"]),
+        "rate_card_version": row["rate_card__version"],
+        "quote": None if row["quote_id"] is None else str(row["quote_id"]),
+        "status": row["status"],
+        "output_format": row["output_format"],
+        "success_criterion": row["success_criterion"],
+        "deadline": None if row["deadline"] is None else row["deadline"].isoformat(),
+        "pilot_hours": None if row["pilot_hours"] is None else _fixed(row["pilot_hours"], hours),
+        "notes": row["notes"],
+        "stream_spec": _json(row, "stream_spec"),
+        "accepted_hours": _fixed(row["accepted_hours"], hours),
+        "created_at": _moment(row["created_at"]),
+        "updated_at": _moment(row["updated_at"]),
+    }
+    if events is not None:
+        body["events"] = [
+            {
+                "from_status": event["from_status"],
+                "to_status": event["to_status"],
+                "actor_label": public_label(event["actor_label"]),
+                "reason": event["reason"],
+                "created_at": _moment(event["created_at"]),
+            }
+            for event in events
+        ]
+    return body
+
+
+def order_detail_representation(row: dict) -> dict:
+    """One order with its events (one more statement), in the events' own order."""
+    events = event_rows([row["id"]]).order_by(*OrderEvent._meta.ordering)
+    return order_representation(row, list(events))
+
+
+def _line(line: dict) -> dict:
+    return {
+        "code": str(line["code"]),
+        "description": str(line["description"]),
+        "quantity": str(line["quantity"]),
+        "unit_amount": str(line["unit_amount"]),
+        "amount": str(line["amount"]),
     }

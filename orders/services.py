@@ -220,12 +220,23 @@ def _actor_fields(caller: Caller | None, label: str = "") -> dict:
 def _order_open(
     *, caller: Caller, fields: dict, details: OrderDetails, quote: Quote | None
 ) -> Order:
+    """The order, written priced and awaiting payment, with both opening events (created as
+    a draft, then priced) in one insert: the same rows as a draft moved by order_transition,
+    without re-reading and updating the row just written."""
+    draft, priced = Order.Status.DRAFT, Order.Status.AWAITING_PAYMENT
+    require_transition(
+        transitions=ORDER_TRANSITIONS,
+        from_status=draft,
+        to_status=priced,
+        what="An order",
+        error=InvalidTransition,
+    )
     order = Order.objects.create(
         organization=caller.organization,
         created_by=caller.user,
         created_by_api_key=caller.api_key,
         quote=quote,
-        status=Order.Status.DRAFT,
+        status=priced,
         output_format=details.output_format,
         success_criterion=details.success_criterion,
         deadline=details.deadline,
@@ -239,19 +250,23 @@ def _order_open(
         ),
         **fields,
     )
-    OrderEvent.objects.create(
-        order=order,
-        from_status="",
-        to_status=Order.Status.DRAFT,
-        reason="Order created.",
-        **_actor_fields(caller),
+    actor = _actor_fields(caller)
+    OrderEvent.objects.bulk_create(
+        [
+            OrderEvent(
+                order=order, from_status="", to_status=draft, reason="Order created.", **actor
+            ),
+            OrderEvent(
+                order=order,
+                from_status=draft,
+                to_status=priced,
+                reason=f"Priced at {order.total} {order.currency}; awaiting payment.",
+                **actor,
+            ),
+        ]
     )
-    return order_transition(
-        order_id=order.id,
-        to_status=Order.Status.AWAITING_PAYMENT,
-        caller=caller,
-        reason=f"Priced at {order.total} {order.currency}; awaiting payment.",
-    )
+    transaction.on_commit(lambda: _announce(order.id, priced))
+    return order
 
 
 def order_create(*, caller: Caller, request: DatasetRequest, details: OrderDetails) -> Order:
@@ -292,8 +307,8 @@ def order_create_from_quote(*, caller: Caller, quote_id, details: OrderDetails) 
     with transaction.atomic():
         quote = (
             quote_visible_to(organization=caller.organization)
-            .select_for_update()
-            .select_related("rate_card")
+            .select_for_update(of=("self",))
+            .select_related("task_type", "embodiment", "rate_card")
             .filter(pk=quote_id)
             .first()
         )

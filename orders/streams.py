@@ -16,6 +16,7 @@ before stream specs existed keeps `{}`: state and action only, no cameras (the r
 answer for both).
 """
 
+from orders import catalog
 from orders.models import Embodiment, Order, SensorAddon
 
 SPEC_VERSION = 1
@@ -47,7 +48,12 @@ def build_stream_spec(
     """The spec of an order for `embodiment` with the sensor add-ons `sensor_slugs`."""
     cameras = [_camera(entry, "embodiment") for entry in embodiment.cameras or []]
     vectors = []
-    sensors = {s.slug: s for s in SensorAddon.objects.filter(slug__in=list(sensor_slugs))}
+    # the active add-ons from the catalog's copy; any other (retired since a quote) from the rows
+    held = catalog.current().sensors
+    sensors = {slug: held[slug] for slug in sensor_slugs if slug in held}
+    missing = [slug for slug in sensor_slugs if slug not in held]
+    if missing:
+        sensors.update({s.slug: s for s in SensorAddon.objects.filter(slug__in=missing)})
     for slug in sorted(sensors):
         stream = sensors[slug].stream or {}
         if stream.get("kind") == "camera":

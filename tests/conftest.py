@@ -8,7 +8,7 @@ from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from local_s3 import launcher as local_s3
-from marketplace import services
+from marketplace import api_key_cache, services
 from marketplace.celery import app as celery_app
 from marketplace.models import Membership, Organization
 from orders import catalog
@@ -68,9 +68,11 @@ def _clear_cache():
     made, or re-seeded with new ids, are gone after it); start every test from zero."""
     cache.clear()
     catalog.forget()
+    api_key_cache.forget()
     yield
     cache.clear()
     catalog.forget()
+    api_key_cache.forget()
 
 
 class Tenant:
