@@ -4,7 +4,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.db.models import Avg, Count, Q, QuerySet, Sum
+from django.db.models import Avg, Count, OuterRef, Q, QuerySet, Subquery, Sum
 
 from datasets.models import Delivery, Episode
 from fleets.models import Job
@@ -179,13 +179,13 @@ def order_deliveries(*, order: Order) -> QuerySet[Delivery]:
 def latest_deliveries(*, order: Order) -> QuerySet[Delivery]:
     """The newest version of each kind of an order's deliveries (a failed attempt only when no
     later one exists), for the API's default listing and the order page."""
+    # a correlated subquery, not DISTINCT ON: the embedded default is SQLite
     newest = (
-        Delivery.objects.filter(order=order)
-        .order_by("kind", "-version", "-created_at")
-        .distinct("kind")
-        .values("pk")
+        Delivery.objects.filter(order=order, kind=OuterRef("kind"))
+        .order_by("-version", "-created_at")
+        .values("pk")[:1]
     )
-    return Delivery.objects.filter(pk__in=newest).order_by("kind")
+    return Delivery.objects.filter(order=order, pk=Subquery(newest)).order_by("kind")
 
 
 def deliveries_of(*, organization: Organization) -> QuerySet[Delivery]:
