@@ -1,7 +1,7 @@
 """Run the whole platform on one machine: web server, Celery worker and beat, local S3.
 
     python manage.py run_platform [--port 8000] [--no-s3] [--s3-port 9000]
-                                  [--demo [--once] [--defect-rate 0.15] [--timeout 600]]
+                                  [--demo [--once] [--defect-rate 0.1] [--timeout 600]]
 
 --demo also starts three simulated fleets (the reference fleet-agent) and places an order as
 the demo customer, then prints a signed download link once it is delivered. --once plays
@@ -49,7 +49,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--once", action="store_true", help="With --demo: play it once, verify, exit."
         )
-        parser.add_argument("--defect-rate", type=float, default=0.15)
+        parser.add_argument("--defect-rate", type=float, default=0.1)
         parser.add_argument(
             "--timeout", type=float, default=600.0, help="Seconds to wait for delivery."
         )
