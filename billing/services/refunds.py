@@ -245,23 +245,23 @@ def order_trueup(*, order_id) -> Refund | None:
     order = Order.objects.get(pk=order_id)
     if order.status not in (Order.Status.DELIVERED, Order.Status.CLOSED):
         return None
+    plan = _unkept_hours_plan(order, why=f"{order.accepted_hours} of {order.hours} h accepted")
+    return _refund_or_flag(
+        order=order, plan=plan, key=f"trueup:{order.id}", reason=Refund.Reason.TRUE_UP
+    )
+
+
+def _unkept_hours_plan(order: Order, *, why: str) -> RefundPlan:
+    """Pro rata, the hours ordered that are not kept, less what was refunded already."""
     payment = succeeded_payment(order)
-    paid = payment.amount if payment else order.total
     amount = prorata_refund(
-        paid=paid,
+        paid=payment.amount if payment else order.total,
         currency=order.currency,
         hours_ordered=order.hours,
         hours_kept=order.accepted_hours,
         already_refunded=payment.amount_refunded if payment else ZERO,
     )
-    plan = RefundPlan(
-        amount=amount,
-        hours_kept=order.accepted_hours,
-        why=f"{order.accepted_hours} of {order.hours} h accepted",
-    )
-    return _refund_or_flag(
-        order=order, plan=plan, key=f"trueup:{order.id}", reason=Refund.Reason.TRUE_UP
-    )
+    return RefundPlan(amount=amount, hours_kept=order.accepted_hours, why=why)
 
 
 def order_credit(*, order_id) -> Refund | None:
@@ -271,19 +271,8 @@ def order_credit(*, order_id) -> Refund | None:
     order = Order.objects.get(pk=order_id)
     if order.status not in (Order.Status.DELIVERED, Order.Status.CLOSED):
         return None
-    payment = succeeded_payment(order)
-    paid = payment.amount if payment else order.total
-    amount = prorata_refund(
-        paid=paid,
-        currency=order.currency,
-        hours_ordered=order.hours,
-        hours_kept=order.accepted_hours,
-        already_refunded=payment.amount_refunded if payment else ZERO,
-    )
-    plan = RefundPlan(
-        amount=amount,
-        hours_kept=order.accepted_hours,
-        why=f"delivered episodes rejected: {order.accepted_hours} of {order.hours} h kept",
+    plan = _unkept_hours_plan(
+        order, why=f"delivered episodes rejected: {order.accepted_hours} of {order.hours} h kept"
     )
     return _refund_or_flag(
         order=order,

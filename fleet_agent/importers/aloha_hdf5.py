@@ -18,13 +18,12 @@ video_codec, pattern (glob of episode files, default "*.hdf5").
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from functools import partial
 from pathlib import Path
 
 import h5py
 import numpy as np
 
-from fleet_agent.importers.base import Recording, RecordingError, reader, recording_or_error
+from fleet_agent.importers.base import Recording, RecordingError, reader, recordings_of_files
 from fleet_agent.importers.convert import (
     camera_map,
     encode_camera,
@@ -114,13 +113,6 @@ def read_aloha(
 ) -> Iterator[Recording | RecordingError]:
     """Every episode file under `source` (a file or a folder), in name order."""
     fps_option(mapping.source)  # refuse a mapping without fps before reading any file
-    if source.is_file():
-        paths = [(source, source.name)]
-    else:
-        pattern = mapping.source.get("pattern", "*.hdf5")
-        paths = [(path, str(path.relative_to(source))) for path in sorted(source.rglob(pattern))]
-    for path, source_id in paths:
-        if skip is None or not skip(source_id):
-            yield recording_or_error(
-                partial(read_file, path, mapping, source_id), source_id, (path,)
-            )
+    return recordings_of_files(
+        source, mapping.source.get("pattern", "*.hdf5"), read_file, mapping, skip
+    )

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
 import av
@@ -42,7 +41,7 @@ from mcap.reader import make_reader
 from mcap_ros2.decoder import DecoderFactory
 
 from fleet_agent.importers.alignment import NS, align, frame_clock
-from fleet_agent.importers.base import Recording, RecordingError, reader, recording_or_error
+from fleet_agent.importers.base import Recording, RecordingError, reader, recordings_of_files
 from fleet_agent.importers.convert import (
     camera_map,
     encode_camera,
@@ -321,12 +320,4 @@ def read_mcap(
 ) -> Iterator[Recording | RecordingError]:
     """Every .mcap file under `source` (a file or a folder), in path order: one episode each."""
     fps_option(mapping.source)
-    if source.is_file():
-        paths = [(source, source.name)]
-    else:
-        paths = [(path, str(path.relative_to(source))) for path in sorted(source.rglob("*.mcap"))]
-    for path, source_id in paths:
-        if skip is None or not skip(source_id):
-            yield recording_or_error(
-                partial(read_file, path, mapping, source_id), source_id, (path,)
-            )
+    return recordings_of_files(source, "*.mcap", read_file, mapping, skip)
