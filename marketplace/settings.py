@@ -191,6 +191,7 @@ SPECTACULAR_SETTINGS = {
         "EpisodeStatusEnum": "datasets.models.Episode.Status",
         "DeliveryStatusEnum": "datasets.models.Delivery.Status",
         "DeliveryKindEnum": "datasets.models.Delivery.Kind",
+        "ExclusionReasonEnum": "datasets.models.ExclusionReason",
         "UploadMethodEnum": "datasets.api.UPLOAD_METHODS",
         "PaymentMethodEnum": "billing.models.Payment.Method",
     },
