@@ -350,6 +350,7 @@ class DeliveryDownloader:
             finally:
                 progress.add_file()
 
+        failed: list[tuple[FileEntry, Exception]] = []
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             futures = {pool.submit(work, entry): entry for entry in todo}
             for future in as_completed(futures):
@@ -357,12 +358,26 @@ class DeliveryDownloader:
                 try:
                     outcome = future.result()
                 except (ApiError, TransientError, DownloadFailed, OSError) as exc:
-                    summary.failures.append(f"{entry.path}: {exc}")
+                    failed.append((entry, exc))
                     continue
-                summary.fetched += 1
-                summary.bytes_fetched += entry.size
-                if outcome == "resumed":
-                    summary.resumed += 1
+                self._count(summary, entry, outcome)
+        # A file that failed (a transfer cut short past its retries, a link refused) is tried
+        # once more on its own before it is reported; what it brings is verified all the same.
+        for entry, first_error in failed:
+            log.info("%s: %s; trying it once more", entry.path, first_error)
+            try:
+                outcome = self._place(entry, state, None)
+            except (ApiError, TransientError, DownloadFailed, OSError) as exc:
+                summary.failures.append(f"{entry.path}: {exc}")
+                continue
+            self._count(summary, entry, outcome)
+
+    @staticmethod
+    def _count(summary: Summary, entry: FileEntry, outcome: str) -> None:
+        summary.fetched += 1
+        summary.bytes_fetched += entry.size
+        if outcome == "resumed":
+            summary.resumed += 1
 
 
 def repo_id_for(delivery_id: str) -> str:

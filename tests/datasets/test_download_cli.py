@@ -98,7 +98,7 @@ def test_a_thousand_files_resume_after_sigkill_and_match_the_manifest(
     out, err = second.communicate(timeout=240)
 
     # then: every file is there and matches the manifest; nothing verified was fetched again
-    assert second.returncode == 0, err
+    assert second.returncode == 0, (out, err)
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["failures"] == []
     assert summary["skipped"] >= done_before - 2  # the files verified before the kill
@@ -253,3 +253,65 @@ def test_a_delivery_revoked_mid_download_fails_the_files_still_waiting_for_links
     assert len(summary.failures) == len(files) - 50
     assert all("delivery_revoked" in failure for failure in summary.failures)
     assert DownloadEvent.objects.filter(delivery=delivery).count() == 1 + 50
+
+
+def test_a_damaged_partial_file_is_fetched_again_whole(live_server, s3, customer, tmp_path):
+    # given: a delivery, and a partial file left by an earlier run that holds wrong bytes
+    files = synthetic_files(20, size=1024)
+    delivery = make_ready_delivery(customer.organization, files)
+    dest = tmp_path / "dataset"
+    first = sorted(files)[0]
+    (dest / first).parent.mkdir(parents=True)
+    (dest / (first + ".part")).write_bytes(b"x" * 100)
+    # (and the file itself in place but not yet in the journal: killed within its flush)
+    (dest / first).write_bytes(files[first])
+
+    # when: the command runs
+    run = run_cli(live_server.url, customer.raw_key, delivery, dest)
+    out, err = run.communicate(timeout=120)
+
+    # then: the resumed bytes do not match, so the file is fetched again whole, and all verify
+    assert run.returncode == 0, (out, err)
+    assert (dest / first).read_bytes() == files[first]
+    assert json.loads(out.strip().splitlines()[-1])["failures"] == []
+
+
+def test_a_file_that_failed_is_tried_once_more_before_it_is_reported(
+    live_server, s3, customer, tmp_path
+):
+    from marketplace_client.http import TransientError
+
+    files = synthetic_files(6)
+    delivery = make_ready_delivery(customer.organization, files)
+    client = ApiClient(live_server.url, customer.raw_key)
+    downloader = DeliveryDownloader(client, str(delivery.id), tmp_path, quiet=True)
+    real_fetch, failing = downloader._fetch, sorted(files)[0]
+    calls = []
+
+    def fetch(entry, target, progress):
+        calls.append(entry.path)
+        if entry.path == failing and calls.count(failing) == 1:
+            raise TransientError("storage kept answering 503")  # past the client's retries
+        return real_fetch(entry, target, progress)
+
+    downloader._fetch = fetch
+    summary = downloader.run()
+    assert summary.failures == [] and summary.fetched == len(files)
+    assert calls.count(failing) == 2 and (tmp_path / failing).read_bytes() == files[failing]
+
+    # a file that keeps failing is reported once, with its error
+    calls.clear()
+    (tmp_path / failing).unlink()
+    (tmp_path / STATE_FILE).unlink()
+    downloader = DeliveryDownloader(client, str(delivery.id), tmp_path, quiet=True)
+    real_fetch = downloader._fetch
+
+    def down_for(entry, target, progress):
+        if entry.path == failing:
+            calls.append(entry.path)
+            raise TransientError("storage is down")
+        return real_fetch(entry, target, progress)
+
+    downloader._fetch = down_for
+    summary = downloader.run()
+    assert summary.failures == [f"{failing}: storage is down"] and calls == [failing] * 2
