@@ -340,7 +340,7 @@ class FleetAgent:
 
     def _work_on(self, job: dict) -> bool:
         accepted, in_flight = self._refresh(job)
-        target = Decimal(job["target_hours"]) * 3600
+        target = Decimal(job.get("target_seconds") or Decimal(job["target_hours"]) * 3600)
         self._report_progress(job, accepted)
         missing = target - accepted - in_flight
         if missing <= 0:

@@ -308,6 +308,13 @@ class JobSerializer(serializers.ModelSerializer):
         help_text="What every episode carries (orders/streams.py): state/action names, "
         "cameras (observation.images.<name>, minimum resolution), vectors; {}: state/action only.",
     )
+    target_seconds = serializers.DecimalField(
+        max_digits=14,
+        decimal_places=3,
+        read_only=True,
+        help_text="Accepted seconds the job collects and is paid for: target_hours x 3600, or "
+        "less for a re-collection of excluded time (target_hours is then rounded up).",
+    )
 
     class Meta:
         model = Job
@@ -324,6 +331,7 @@ class JobSerializer(serializers.ModelSerializer):
             "stream_spec",
             "site_kinds",
             "target_hours",
+            "target_seconds",
             "progress_hours",
             "deadline",
             "fleet",

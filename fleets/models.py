@@ -168,6 +168,12 @@ class Job(models.Model):
     sensor_slugs = models.JSONField(default=list, blank=True)
     site_kinds = models.JSONField(default=list, blank=True)  # empty: any kind
     target_hours = models.DecimalField(**HOURS)
+    # Set when the job collects an exact time finer than target_hours' hundredth of an hour (a
+    # re-collection of excluded seconds): what counts and is paid stops there, not at the
+    # rounded-up hours, which only plan capacity.
+    exact_target_seconds = models.DecimalField(
+        max_digits=14, decimal_places=3, null=True, blank=True
+    )
     progress_hours = models.DecimalField(**HOURS, default=Decimal("0"))  # fleet-reported
     # Duration of the episodes that passed QA (datasets accrues it, to the millisecond): what
     # counts toward target_hours and what the fleet is paid for.
@@ -200,11 +206,23 @@ class Job(models.Model):
             models.CheckConstraint(
                 condition=models.Q(accepted_seconds__gte=0), name="job_accepted_nonneg"
             ),
+            models.CheckConstraint(
+                condition=models.Q(exact_target_seconds__isnull=True)
+                | models.Q(exact_target_seconds__gt=0),
+                name="job_exact_target_positive",
+            ),
         ]
         indexes = [models.Index(fields=["status", "updated_at"])]
 
     def __str__(self) -> str:
         return f"Job {self.order_id}#{self.sequence} ({self.status})"
+
+    @property
+    def target_seconds(self) -> Decimal:
+        """The accepted time the job collects, counts and is paid for."""
+        if self.exact_target_seconds is not None:
+            return self.exact_target_seconds
+        return self.target_hours * 3600
 
 
 S = Job.Status

@@ -67,7 +67,7 @@ def _paying_assignment(job: Job) -> Assignment | None:
 
 def paid_seconds(job: Job) -> Decimal:
     """Accepted seconds a fleet is paid for: never more than the job's target."""
-    return min(job.accepted_seconds, job.target_hours * SECONDS_PER_HOUR)
+    return min(job.accepted_seconds, job.target_seconds)
 
 
 def order_net_revenue(order: Order) -> Decimal:

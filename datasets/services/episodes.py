@@ -179,7 +179,7 @@ def _check_room(*, job: Job, registration: EpisodeRegistration) -> None:
         ),
         Decimal(0),
     )
-    remaining = job.target_hours * 3600 - job.accepted_seconds
+    remaining = job.target_seconds - job.accepted_seconds
     if pending >= remaining:
         raise Conflict(
             f"The job's remaining {max(remaining, Decimal(0)):.0f} s are covered by "

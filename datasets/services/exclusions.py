@@ -134,7 +134,7 @@ def _job_lost_seconds(job: Job) -> Decimal:
     total = Episode.objects.filter(job=job, status=Episode.Status.ACCEPTED).aggregate(
         s=Sum("duration_seconds")
     )["s"] or Decimal(0)
-    kept = min(total, job.target_hours * HOUR, job.accepted_seconds)
+    kept = min(total, job.target_seconds, job.accepted_seconds)
     lost = job.accepted_seconds - kept
     if lost:
         job.accepted_seconds = kept

@@ -275,10 +275,10 @@ def _refuse_if_not_countable(*, episode: Episode, job: Job, result: QAResult) ->
             f"The same trajectory was already accepted {where}: a re-submitted demonstration"
             " does not count again.",
         )
-    elif job.accepted_seconds >= job.target_hours * 3600:
+    elif job.accepted_seconds >= job.target_seconds:
         result.fail(
             Reason.SURPLUS,
-            f"The job's target of {job.target_hours} h was already met; this episode is not "
+            f"The job's target of {job.target_seconds} s was already met; this episode is not "
             "counted (nor paid).",
         )
 
@@ -286,7 +286,7 @@ def _refuse_if_not_countable(*, episode: Episode, job: Job, result: QAResult) ->
 def _accrue(episode: Episode, *, order: Order, job: Job) -> None:
     """Add an accepted episode's time to its job (never past the job's target) and, by the
     same amount, to its order; the caller holds both rows' locks."""
-    target_seconds = job.target_hours * 3600
+    target_seconds = job.target_seconds
     seconds = min(episode.duration_seconds, target_seconds - job.accepted_seconds)
     order.accepted_seconds += seconds
     order.accepted_hours = (order.accepted_seconds / 3600).quantize(
@@ -299,7 +299,7 @@ def _accrue(episode: Episode, *, order: Order, job: Job) -> None:
         job_transition(
             job_id=job.id,
             to_status=Job.Status.COMPLETED,
-            reason=f"{job.accepted_seconds} s accepted of {job.target_hours} h.",
+            reason=f"{job.accepted_seconds} s accepted of {job.target_seconds} s.",
             actor_label=SYSTEM,
         )
         _advance_order_if_collected(order)

@@ -46,6 +46,7 @@ def job_payload(job: Job) -> dict:
         "status": job.status,
         "site_id": str(job.site_id) if job.site_id else None,
         "target_hours": str(job.target_hours),
+        "target_seconds": str(job.target_seconds),
         "deadline": job.deadline.isoformat(),
         "embodiment": job.embodiment.slug,
         "end_effector": job.end_effector,

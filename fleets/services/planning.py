@@ -162,7 +162,8 @@ def job_recollect(*, job_id, seconds: Decimal, actor_label: str, reason: str) ->
 
     A job still collecting (or held for the pilot) simply has that much more to fill. A
     completed one is final (its payable is its own), so a new job of the same environment and
-    phase takes the hours (rounded up to the hundredth of an hour) and is dispatched; returned.
+    phase collects exactly those seconds (its target_hours, rounded up to the hundredth of an
+    hour, only plans capacity) and is dispatched; returned.
     A cancelled job's hours are not re-collected."""
     with transaction.atomic():
         job = Job.objects.select_for_update().select_related("order__rate_card").get(pk=job_id)
@@ -182,6 +183,7 @@ def job_recollect(*, job_id, seconds: Decimal, actor_label: str, reason: str) ->
             sensor_slugs=list(job.sensor_slugs),
             site_kinds=list(job.site_kinds),
             target_hours=hours,
+            exact_target_seconds=seconds if seconds != hours * 3600 else None,
             deadline=deadline,
             status=Job.Status.OPEN,
         )

@@ -10,7 +10,11 @@ from django.views.decorators.http import require_http_methods
 
 from datasets.models import Episode, EpisodeExclusion, ExclusionReason
 from datasets.operator_figures import order_operator_figures
-from datasets.services.acceptance import delivery_reject_episodes
+from datasets.services.acceptance import (
+    delivered_episodes_of,
+    delivery_reject_episodes,
+    staff_credit_delivered_episodes,
+)
 from datasets.services.delivery_versions import acceptance_deadline, latest_full_delivery
 from datasets.services.exclusions import episodes_exclude
 from marketplace.audit import user_label
@@ -54,8 +58,8 @@ def order_exclusions_page(request, pk):
 @require_http_methods(["GET", "POST"])
 @staff_page
 def staff_order_exclusions_page(request, pk):
-    """Staff exclude episodes of any order (not bound by the acceptance window); the hours
-    are re-collected."""
+    """Staff exclude episodes of any order (not bound by the acceptance window): the hours are
+    re-collected, or, once delivered, credited to the customer."""
     order = Order.objects.filter(pk=pk).first()
     if order is None:
         raise Http404("Order not found.")
@@ -66,7 +70,7 @@ def staff_order_exclusions_page(request, pk):
 
 def _page(request, order, *, staff: bool):
     delivered = None
-    if not staff and order.status == Order.Status.DELIVERED:
+    if order.status == Order.Status.DELIVERED:
         delivered = latest_full_delivery(order)
     return render_page(
         request,
@@ -104,8 +108,13 @@ def _exclude(request, order, *, staff: bool = False):
             title="Exclude these episodes?",
             message=(
                 f"Exclude {what} from this order ({EXCLUSION_REASONS.get(reason, reason)})? "
-                "They stop counting and are not paid to the fleet; their hours are collected "
-                "again and the dataset is delivered as a new version. This cannot be undone."
+                "They stop counting and are not paid to the fleet; "
+                + (
+                    "their hours are refunded to the customer"
+                    if post.get("remedy") == EpisodeExclusion.Remedy.CREDIT
+                    else "their hours are collected again"
+                )
+                + " and the dataset is delivered as a new version. This cannot be undone."
             ),
             button="Exclude",
             back_url=back,
@@ -119,14 +128,7 @@ def _exclude(request, order, *, staff: bool = False):
         )
     try:
         if staff:
-            result = episodes_exclude(
-                staff_label=user_label(request.user),
-                order_id=order.pk,
-                operator=operator,
-                episode_ids=episodes,
-                reason_code=reason,
-                note=post.get("note", ""),
-            )
+            result = _staff_apply(request, order, operator, episodes, reason)
         else:
             result = _apply(request, order, operator, episodes, reason)
     except NotFound as exc:
@@ -139,9 +141,29 @@ def _exclude(request, order, *, staff: bool = False):
             request,
             f"{len(result.excluded)} episode{'s' if len(result.excluded) != 1 else ''} excluded"
             + (f" ({result.already} already were)" if result.already else "")
-            + f"; {duration_text(result.seconds)} go back to collection.",
+            + f"; {duration_text(result.seconds)} "
+            + (
+                "credited."
+                if post.get("remedy") == EpisodeExclusion.Remedy.CREDIT
+                else "go back to collection."
+            ),
         )
     return redirect(back)
+
+
+def _staff_apply(request, order, operator: str, episodes: list[str], reason: str):
+    """Staff exclude (re-collected) at any time, or credit a delivered order's episodes."""
+    common = {
+        "staff_label": user_label(request.user),
+        "order_id": order.pk,
+        "operator": operator,
+        "episode_ids": episodes,
+        "reason_code": reason,
+        "note": request.POST.get("note", ""),
+    }
+    if request.POST.get("remedy") == EpisodeExclusion.Remedy.CREDIT:
+        return staff_credit_delivered_episodes(**common).exclusion
+    return episodes_exclude(**common)
 
 
 def _apply(request, order, operator: str, episodes: list[str], reason: str):
@@ -159,14 +181,7 @@ def _apply(request, order, operator: str, episodes: list[str], reason: str):
             note=note,
         )
     if operator:
-        episodes = [
-            str(pk)
-            for pk in Episode.objects.filter(
-                pk__in=delivered.episode_ids, operator=operator
-            ).values_list("pk", flat=True)
-        ]
-        if not episodes:
-            raise NotFound("No delivered episode of this operator.")
+        episodes = delivered_episodes_of(delivered, operator)
     return delivery_reject_episodes(
         caller=request.caller,
         delivery_id=delivered.id,

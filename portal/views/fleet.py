@@ -242,7 +242,7 @@ def task_card(
     return {
         "rate": rate,
         "currency": currency,
-        "pay": (job.target_hours * rate).quantize(Decimal("0.01")),
+        "pay": (job.target_seconds * rate / 3600).quantize(Decimal("0.01")),
         "success_criterion": order.success_criterion,
         "objects": list(job.site.objects_available) if job.site_id else [],
         "objects_per_environment": order.objects_per_environment,

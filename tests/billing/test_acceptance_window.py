@@ -9,6 +9,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.test import Client
 from django.utils import timezone
 
 from billing import stripe_gateway as gateway
@@ -26,6 +27,7 @@ from billing.services.payouts import payout_plan, payout_prepare, payout_submit
 from datasets.episode_format import episode_table, parquet_bytes
 from datasets.models import Delivery, Episode, EpisodeExclusion
 from fleets.models import Job
+from marketplace.models import User
 from orders.models import Order
 from orders.services import order_transition
 from tests.billing.payout_helpers import delivered_order
@@ -222,3 +224,41 @@ def test_the_window_closes_and_hostile_requests_are_refused(
     assert closed.status_code == 409 and closed.json()["code"] == "acceptance_window_closed"
     assert "closed on" in closed.json()["message"]
     assert EpisodeExclusion.objects.count() == 0
+
+
+def test_staff_credit_a_delivered_order_from_their_page_and_not_one_still_collecting(
+    delivered, django_capture_on_commit_callbacks
+):
+    collection, _payment, _v1 = delivered
+    order = collection.order
+    url = f"/staff/orders/{order.id}/exclusions/"
+    staff = Client()
+    staff.force_login(User.objects.create_user(username="stella", password="x", is_staff=True))
+    page = staff.get(url).content.decode()
+    assert 'id="exclude-remedy"' in page and "Credit the customer" in page
+    body = {"operator": "op-0", "reason_code": "jerky", "remedy": "credit"}
+    asked = staff.post(url, body).content.decode()
+    assert "refunded to the customer" in asked and not EpisodeExclusion.objects.exists()
+    # when: confirmed
+    with django_capture_on_commit_callbacks(execute=True):
+        done = staff.post(url, {**body, "confirmed": "yes"})
+    # then: op-0's 3 episodes are credited by a real refund, v2 is ready without them
+    assert done.status_code == 302
+    rows = EpisodeExclusion.objects.all()
+    assert {(r.operator, r.scope, r.remedy, r.actor_label) for r in rows} == {
+        ("op-0", "operator", "credit", "staff:stella")
+    } and len(rows) == 3
+    (refund,) = Refund.objects.filter(order=order, reason=Refund.Reason.CREDIT)
+    assert refund.amount == Decimal("100.00") and refund.status == Refund.Status.SUCCEEDED
+    v2 = Delivery.objects.get(order=order, version=2)
+    assert v2.status == Delivery.Status.READY and v2.episodes == 3
+    order.refresh_from_db()
+    assert order.status == Order.Status.DELIVERED
+    assert Job.objects.filter(order=order).count() == 1  # credited, not collected again
+    # a credit while the order still collects is refused with the reason; nothing changes
+    order.status = Order.Status.IN_COLLECTION
+    order.save(update_fields=["status"])
+    refused = staff.post(
+        url, {**body, "operator": "op-1", "confirmed": "yes"}, follow=True
+    ).content.decode()
+    assert "Only a delivered order" in refused and EpisodeExclusion.objects.count() == 3

@@ -282,3 +282,45 @@ def test_excluding_from_a_job_still_collecting_leaves_it_more_to_fill(
     assert collection.job.status == Job.Status.IN_PROGRESS
     assert collection.order.status == Order.Status.IN_COLLECTION
     assert Job.objects.filter(order=collection.order).count() == 1
+
+
+def test_a_recollection_collects_and_pays_exactly_the_excluded_seconds(
+    two_operators,  # noqa: F811
+    customer,
+    fleet_operator,
+    django_capture_on_commit_callbacks,
+):
+    """16 s excluded: the new job plans 0.01 h (36 s) of capacity but counts and pays 16 s."""
+    collection, _ = two_operators
+    order = collection.order
+    response = exclude(
+        customer.client,
+        order,
+        django_capture_on_commit_callbacks,
+        operator="op-a",
+        reason_code="idle",
+    )
+    assert response.status_code == 201 and Decimal(response.json()["seconds"]) == Decimal("16")
+    (extra,) = Job.objects.filter(order=order).exclude(pk=collection.job.pk)
+    assert extra.target_hours == Decimal("0.01") and extra.target_seconds == Decimal("16.000")
+    assign(extra, collection)
+    listed = fleet_operator.client.get("/api/v1/fleet/jobs").json()["results"]
+    (shown,) = [j for j in listed if j["id"] == str(extra.id)]
+    assert Decimal(shown["target_seconds"]) == Decimal("16.000")
+    collection.job = extra
+    # when: another operator sends a 20 s episode (more than is missing)
+    episode = upload_episode(
+        collection,
+        parquet_bytes(episode_table(frames=600, seed=31)),
+        django_capture_on_commit_callbacks,
+        operator="op-c",
+    )
+    # then: 16 s count, the job is complete, a second episode is refused as surplus
+    assert episode.status == Episode.Status.ACCEPTED, episode.qa_failures
+    extra.refresh_from_db()
+    order.refresh_from_db()
+    assert extra.accepted_seconds == Decimal("16.000") and extra.status == Job.Status.COMPLETED
+    assert order.accepted_seconds == Decimal("36.000")
+    payable = FleetPayable.objects.get(job=extra)
+    assert payable.accepted_seconds == Decimal("16.000")
+    assert payable.amount == (Decimal("16") * Decimal("50.00") / 3600).quantize(Decimal("0.01"))
