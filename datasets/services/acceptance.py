@@ -90,10 +90,7 @@ def staff_credit_delivered_episodes(
                 code=ErrorCode.DELIVERY_NOT_READY,
             )
         delivery = Delivery.objects.select_for_update().get(pk=latest.pk)
-        if operator:
-            ids = delivered_episodes_of(delivery, operator)
-        else:
-            ids = episode_uuids(episode_ids)
+        ids = delivered_episodes_of(delivery, operator) if operator else episode_uuids(episode_ids)
         if not ids:
             raise invalid("episodes", "Name the delivered episodes (or an operator) to credit.")
         return _reject(
