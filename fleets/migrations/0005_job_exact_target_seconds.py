@@ -4,20 +4,26 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleets', '0004_operators'),
-        ('orders', '0006_seed_state_limits'),
+        ("fleets", "0004_operators"),
+        ("orders", "0006_seed_state_limits"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='exact_target_seconds',
+            model_name="job",
+            name="exact_target_seconds",
             field=models.DecimalField(blank=True, decimal_places=3, max_digits=14, null=True),
         ),
         migrations.AddConstraint(
-            model_name='job',
-            constraint=models.CheckConstraint(condition=models.Q(('exact_target_seconds__isnull', True), ('exact_target_seconds__gt', 0), _connector='OR'), name='job_exact_target_positive'),
+            model_name="job",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("exact_target_seconds__isnull", True),
+                    ("exact_target_seconds__gt", 0),
+                    _connector="OR",
+                ),
+                name="job_exact_target_positive",
+            ),
         ),
     ]
