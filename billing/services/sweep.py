@@ -1,8 +1,10 @@
 """The billing sweep (celery beat): re-run what a lost task or a down broker left behind."""
 
 from datetime import timedelta
+from decimal import Decimal
 
-from django.db.models import F
+from django.db.models import DecimalField, F, Q, Sum, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from billing import tasks
@@ -97,12 +99,16 @@ def _sweep_payables(stale) -> tuple[list, list]:
     )
     for pk in orders:
         enqueue_or_leave_to_sweeper(tasks.order_fleet_payables, str(pk))
-    # Payables whose job lost accepted time (excluded episodes) but whose first reversal a lost
-    # message never recorded (payables_reconcile is idempotent: a repeat reverses nothing).
+    # Payables whose job is now paid for less time than the payable still stands for (its
+    # recorded seconds less those already carried as deductions): a reversal a lost message
+    # never made, the first or a later one (payables_reconcile is idempotent).
+    carried = Coalesce(
+        Sum("deductions__seconds", filter=Q(deductions__in_place=False)),
+        Value(Decimal(0), output_field=DecimalField()),
+    )
     reversals = list(
-        FleetPayable.objects.filter(
-            job__accepted_seconds__lt=F("accepted_seconds"), deductions__isnull=True
-        )
+        FleetPayable.objects.annotate(standing=F("accepted_seconds") - carried)
+        .filter(job__accepted_seconds__lt=F("standing"))
         .values_list("order_id", flat=True)
         .distinct()[:100]
     )

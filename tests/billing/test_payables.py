@@ -221,3 +221,12 @@ def test_the_sweep_reverses_a_payable_whose_exclusion_message_was_lost(eager_cel
     assert payable.accepted_seconds == Decimal("1800.000")
     assert PayableDeduction.objects.filter(payable=payable, in_place=True).count() == 1
     assert billing_sweep()["payable_reversals"] == 0  # reversed once
+    # a second exclusion whose message is lost too: reversed again, by what it lost
+    job.accepted_seconds = Decimal("900")
+    job.save(update_fields=["accepted_seconds"])
+    assert billing_sweep()["payable_reversals"] == 1
+    payable.refresh_from_db()
+    assert payable.accepted_seconds == Decimal("900.000")
+    assert PayableDeduction.objects.filter(payable=payable, in_place=True).count() == 2
+    assert billing_sweep()["payable_reversals"] == 0
+    assert ledger_sum(order=order) == 0
