@@ -111,20 +111,33 @@ def order_fleet_payables(*, order_id) -> list[FleetPayable]:
         )
         if not jobs:
             return []
+        recorded = FleetPayable.objects.filter(order=order)
+        done = set(recorded.values_list("job_id", flat=True))
+        new_jobs = [job for job in jobs if job.id not in done]
+        # The jobs still without a payable share what earlier payables do not already stand
+        # for (so after a re-collection the shares still add up to the cent).
         shares = allocate(
-            total=order_earned(order),
-            weights=[paid_seconds(job) for job in jobs],
+            total=max(ZERO, order_earned(order) - _standing_customer_amount(recorded)),
+            weights=[paid_seconds(job) for job in new_jobs],
             currency=order.currency,
         )
-        done = set(FleetPayable.objects.filter(job__in=jobs).values_list("job_id", flat=True))
         created = []
-        for job, share in zip(jobs, shares, strict=True):
-            if job.id not in done:
-                payable = _job_payable(order=order, job=job, share=share)
-                if payable is not None:
-                    created.append(payable)
+        for job, share in zip(new_jobs, shares, strict=True):
+            payable = _job_payable(order=order, job=job, share=share)
+            if payable is not None:
+                created.append(payable)
         payables_check_invariant(order=order)
     return created
+
+
+def _standing_customer_amount(payables) -> Decimal:
+    """The customer's part the payables still stand for: recorded, less what was carried off
+    as deductions (in-place ones already reduced the payable itself)."""
+    recorded = payables.aggregate(total=Sum("customer_amount"))["total"] or ZERO
+    carried = PayableDeduction.objects.filter(payable__in=payables, in_place=False).aggregate(
+        total=Sum("customer_amount")
+    )["total"]
+    return recorded - (carried or ZERO)
 
 
 def _job_payable(*, order: Order, job: Job, share: Decimal) -> FleetPayable | None:

@@ -16,7 +16,12 @@ from billing.models import (
     LedgerTransaction,
     PayableDeduction,
 )
-from billing.services.payables import allocate, order_fleet_payables
+from billing.services.payables import (
+    allocate,
+    order_earned,
+    order_fleet_payables,
+    payables_reconcile,
+)
 from billing.services.refunds import order_trueup, refund_record_success
 from billing.services.sweep import billing_sweep
 from orders.models import Order
@@ -230,3 +235,39 @@ def test_the_sweep_reverses_a_payable_whose_exclusion_message_was_lost(eager_cel
     assert PayableDeduction.objects.filter(payable=payable, in_place=True).count() == 2
     assert billing_sweep()["payable_reversals"] == 0
     assert ledger_sum(order=order) == 0
+
+
+@pytest.mark.django_db
+def test_a_recollection_jobs_customer_share_is_what_the_reversal_took_to_the_cent():
+    """100.00 over 100 s and 231 s is 30.21 + 69.79; 50 s of the first are excluded (15.11 of
+    its share reversed) and collected again by a new job: that job's share is 15.11, not the
+    15.10 a fresh split of 100.00 over 50, 231 and 50 s would give."""
+    fleet = FleetFactory()
+    order = delivered_order(
+        jobs=[(fleet, "100"), (fleet, "231")],
+        hours="0.10",
+        total="100.00",
+        accepted_hours=Decimal("0.10"),
+    )
+    first, second = order_fleet_payables(order_id=order.id)
+    assert (first.customer_amount, second.customer_amount) == (Decimal("30.21"), Decimal("69.79"))
+    job = first.job
+    job.accepted_seconds = Decimal("50")
+    job.save(update_fields=["accepted_seconds"])
+    (deduction,) = payables_reconcile(order_id=order.id)
+    assert deduction.customer_amount == Decimal("15.11")
+    CompletedJobFactory(
+        order=order,
+        sequence=3,
+        environment_index=0,
+        site=job.site,
+        fleet=fleet,
+        accepted_seconds=Decimal("50"),
+        target_hours=Decimal("5.00"),
+    )
+    # when
+    (recollected,) = order_fleet_payables(order_id=order.id)
+    # then
+    assert recollected.customer_amount == Decimal("15.11")
+    standing = FleetPayable.objects.filter(order=order).aggregate(s=Sum("customer_amount"))["s"]
+    assert standing == order_earned(order) == Decimal("100.00")

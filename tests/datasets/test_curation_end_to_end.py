@@ -11,6 +11,7 @@ import pytest
 
 from billing.ledger import balances
 from billing.models import FleetPayable, LedgerAccount, PayableDeduction
+from billing.services.payables import order_earned
 from datasets.episode_format import episode_table, parquet_bytes
 from datasets.models import Delivery, Episode
 from fleets.models import Job, Offer
@@ -125,6 +126,8 @@ def test_a_bad_operator_is_flagged_excluded_recollected_unpaid_and_left_out_of_v
     rate = payables[0].rate_per_hour
     assert sum(p.amount for p in payables) == (Decimal(72) * rate / 3600).quantize(Decimal("0.01"))
     assert PayableDeduction.objects.filter(payable=payable, in_place=True).count() == 1
+    # and the customer's parts of the payables still add up to what the customer pays, exactly
+    assert sum(p.customer_amount for p in payables) == order_earned(order)
     fleet_balance = balances(fleet=collection.site.fleet).get(
         (LedgerAccount.FLEET_PAYABLE, order.currency)
     )
