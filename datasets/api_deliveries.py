@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from datasets import selectors
+from datasets.api_customer import CustomerApi, CustomerOrderApi
 from datasets.models import Delivery, DeliveryFile, ExclusionReason
 from datasets.services.deliveries import pilot_review
 from datasets.services.delivery_versions import acceptance_deadline, delivery_next_version
@@ -18,8 +19,6 @@ from marketplace.client_address import client_address
 from marketplace.errors import NotFound
 from marketplace.permissions import CanOrder, IsCustomer, IsOrganizationOwner
 from marketplace.tenancy import caller_for_request
-from marketplace.throttling import CallerRateThrottle
-from orders.selectors import order_list
 
 # --- Customers: deliveries -------------------------------------------------------------------
 
@@ -72,15 +71,6 @@ class DeliverySerializer(serializers.ModelSerializer):
         return acceptance_deadline(delivery)
 
 
-class CustomerApi:
-    permission_classes = [IsAuthenticated, IsCustomer]
-    throttle_classes = [CallerRateThrottle]
-
-    @property
-    def organization(self):
-        return caller_for_request(self.request).organization
-
-
 class DeliveryVersionSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=Delivery.Kind.choices, default=Delivery.Kind.FULL)
     reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
@@ -102,20 +92,13 @@ class DeliveryVersionSerializer(serializers.Serializer):
         summary="Assemble a new version (optionally filtered by quality or operators)",
     ),
 )
-class OrderDeliveryList(CustomerApi, generics.ListAPIView):
+class OrderDeliveryList(CustomerOrderApi, generics.ListAPIView):
     serializer_class = DeliverySerializer
-
-    def get_permissions(self):
-        if self.request.method == "POST":
-            return [IsAuthenticated(), IsCustomer(), CanOrder()]
-        return super().get_permissions()
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return Delivery.objects.none()
-        order = order_list(organization=self.organization).filter(pk=self.kwargs["pk"]).first()
-        if order is None:
-            raise NotFound("Order not found.")
+        order = self.customer_order()
         if self.request.query_params.get("versions") == "all":
             return Delivery.objects.filter(order=order).order_by("kind", "-version", "-created_at")
         return selectors.latest_deliveries(order=order)

@@ -6,7 +6,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from datasets.api_deliveries import CustomerApi
+from datasets.api_customer import CustomerApi
 from datasets.services.downloads import MAX_LINKS_PER_REQUEST, delivery_download_links
 from marketplace.client_address import client_address
 from marketplace.tenancy import caller_for_request

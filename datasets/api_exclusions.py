@@ -7,15 +7,14 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from datasets.api_customer import CustomerOrderApi
 from datasets.models import EpisodeExclusion, ExclusionReason
 from datasets.services.acceptance import delivery_reject_episodes
 from datasets.services.exclusions import episodes_exclude
 from marketplace.audit import public_label
-from marketplace.errors import NotFound
 from marketplace.permissions import CanOrder, IsCustomer
 from marketplace.tenancy import caller_for_request
 from marketplace.throttling import CallerRateThrottle
-from orders.selectors import order_list
 
 MAX_EPISODES = 1000
 
@@ -70,24 +69,13 @@ class ExclusionResultSerializer(serializers.Serializer):
         summary="Exclude episodes or an operator: not counted, not paid, re-collected",
     ),
 )
-class OrderExclusions(generics.ListAPIView):
-    permission_classes = [IsAuthenticated, IsCustomer]
-    throttle_classes = [CallerRateThrottle]
+class OrderExclusions(CustomerOrderApi, generics.ListAPIView):
     serializer_class = ExclusionSerializer
-
-    def get_permissions(self):
-        if self.request.method == "POST":
-            return [IsAuthenticated(), IsCustomer(), CanOrder()]
-        return super().get_permissions()
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return EpisodeExclusion.objects.none()
-        caller = caller_for_request(self.request)
-        order = order_list(organization=caller.organization).filter(pk=self.kwargs["pk"]).first()
-        if order is None:
-            raise NotFound("Order not found.")
-        return EpisodeExclusion.objects.filter(order=order)
+        return EpisodeExclusion.objects.filter(order=self.customer_order())
 
     def post(self, request, pk):
         serializer = ExclusionRequestSerializer(data=request.data)
