@@ -108,10 +108,12 @@ def check_content(
     ptp = extremes[1] - extremes[0]
     _check_frozen(ptp, thresholds, names, report)
     smooth = _Smoothed(state, max(1, round(SMOOTH_SECONDS * fps)))  # shared by the next three
-    centred = state - smooth.sums[-1] / len(state)  # the prefix sum's last row: the total
-    spread = np.sqrt(_squares(centred) / len(state))
+    mean = smooth.sums[-1] / len(state)  # the prefix sum's last row: the total
+    # E[x^2] - mean^2: exact enough for a normaliser (an element whose spread is lost to
+    # rounding moves less than any threshold), without an n x D centred copy
+    spread = np.sqrt(np.maximum(_squares(state) / len(state) - mean * mean, 0.0))
     idle = _measure_idle(smooth, fps, thresholds, report)
-    correlation = _check_action_state(centred, action, ptp, fps, thresholds, report)
+    correlation = _check_action_state(state, mean, action, ptp, fps, thresholds, report)
     jerk = _jerk(smooth, fps)
     report.measurements["jerk"] = round(jerk, 4)
     report.quality_score = quality_score(
@@ -256,17 +258,16 @@ def _measure_idle(smooth: _Smoothed, fps, thresholds, report) -> float:
     return fraction
 
 
-def _check_action_state(state, action, ptp, fps, thresholds, report) -> float | None:
+def _check_action_state(state, mean, action, ptp, fps, thresholds, report) -> float | None:
     """Best lag's median correlation of action[t] with state[t + lag] over moving elements
-    (`state` centred on its mean: correlation does not depend on it)."""
+    (`mean`: the state's, to centre the sampled frames on; correlation does not depend on it)."""
     moving = np.flatnonzero(ptp >= thresholds.idle_speed)
     max_lag = min(round(thresholds.max_action_lag_seconds * fps), len(state) - 3)
     if moving.size == 0 or max_lag < 0:
         report.measurements.update(action_state_correlation=None, action_lag_frames=None)
         return None
-    if moving.size < state.shape[1]:
-        action, state = action[:, moving], state[:, moving]
-    correlate = _LaggedCorrelation(action, state)
+    columns = moving if moving.size < state.shape[1] else slice(None)
+    correlate = _LaggedCorrelation(action, state, mean, columns)
     # Every other lag, then the neighbours of the best: correlation varies smoothly with the
     # lag for smooth motion, and random actions correlate at no lag.
     scores = {lag: correlate.median(lag) for lag in {*range(0, max_lag + 1, 2), max_lag}}
@@ -297,16 +298,14 @@ class _LaggedCorrelation:
     correlation). The window sums are totals less the few rows a lag leaves out, so each lag
     costs one dot product over the sampled frames."""
 
-    def __init__(self, action, centred_state):
+    def __init__(self, action, state, mean, columns):
         self.stride = stride = max(1, -(-len(action) // CORRELATION_PAIRS))
-        sampled = np.ascontiguousarray(action[::stride])
+        sampled = np.ascontiguousarray(action[::stride, columns])
         self.a = sampled - _column_sum(sampled) / len(sampled)  # centred: the sums stay exact
         self.a_totals = _column_sum(self.a), _squares(self.a)
         # state[lag::stride] is the (lag % stride)-th of these, from row lag // stride on
-        # (contiguous copies: every lag's dot products run over them)
-        self.grids = [
-            np.ascontiguousarray(centred_state[offset::stride]) for offset in range(stride)
-        ]
+        # (centred, contiguous copies: every lag's dot products run over them)
+        self.grids = [state[offset::stride, columns] - mean[columns] for offset in range(stride)]
         self.grid_totals = [(_column_sum(grid), _squares(grid)) for grid in self.grids]
 
     def median(self, lag: int) -> float:
