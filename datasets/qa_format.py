@@ -122,6 +122,9 @@ class EpisodeExpectation:
     # The order's low-dim sensor streams (stream spec "vectors"): (column, length), checked
     # like the state: present, float vectors of that length, finite.
     vectors: tuple[tuple[str, int], ...] = ()
+    # A multipart upload's part size and the parts' SHA-256 (hex) the fleet declared, if any.
+    part_bytes: int = 0
+    part_sha256s: tuple[str, ...] = ()
 
     @property
     def vector_dims(self) -> dict[str, int]:
@@ -150,6 +153,8 @@ class QAResult:
     duration_seconds: Decimal = Decimal("0")
     bytes_read: int = 0  # parquet bytes fetched by range (footer + checked columns)
     checksum_bytes_read: int = 0  # bytes streamed to verify the checksum, if the store has none
+    checksum_source: str = ""  # "store" (the checksum it kept) or "stream" (read by QA)
+    parts_sha256: str = ""  # a multipart file's verified identity (hex sha256 of part digests)
     videos: dict = field(default_factory=dict)  # camera_key -> what video QA measured
     # Content QA (when the expectation asks for it and the format checks passed).
     measurements: dict = field(default_factory=dict)
