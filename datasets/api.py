@@ -58,6 +58,15 @@ class EpisodeRegisterSerializer(serializers.Serializer):
             " checks instead of the whole file."
         ),
     )
+    part_bytes = serializers.IntegerField(
+        required=False,
+        default=0,
+        min_value=0,
+        help_text=(
+            "With part_sha256s: the part size they were computed at, which must be the"
+            " platform's EPISODE_MULTIPART_PART_BYTES (else 400 naming it)."
+        ),
+    )
     frames = serializers.IntegerField(
         min_value=1, max_value=10_000_000, help_text="Rows of the file (frames / fps = seconds)."
     )
@@ -87,6 +96,7 @@ class EpisodeRegisterSerializer(serializers.Serializer):
             objects_handled=tuple(data["objects_handled"]),
             videos=tuple(VideoDeclaration(**video) for video in data["videos"]),
             part_sha256s=tuple(data["part_sha256s"]),
+            part_bytes=data["part_bytes"],
         )
 
 

@@ -65,13 +65,21 @@ def is_multipart(size_bytes: int) -> bool:
     return size_bytes >= settings.EPISODE_MULTIPART_THRESHOLD_BYTES
 
 
-def validate_part_sha256s(*, size_bytes: int, part_sha256s: tuple[str, ...]) -> None:
+def validate_part_sha256s(
+    *, size_bytes: int, part_sha256s: tuple[str, ...], part_bytes: int
+) -> None:
     """Declared part checksums: none, or one SHA-256 (hex) per EPISODE_MULTIPART_PART_BYTES
-    part of a file uploaded in parts (the platform fixes the part size, so the parts and their
-    composite are a function of the file's bytes)."""
+    part of a file uploaded in parts, computed at that part size (`part_bytes`, declared with
+    them: the platform fixes the part size, so the parts and their composite are a function of
+    the file's bytes, and a fleet assuming another size is told so, not rejected by QA)."""
     if not part_sha256s:
         return
-    part_bytes = settings.EPISODE_MULTIPART_PART_BYTES
+    if part_bytes != settings.EPISODE_MULTIPART_PART_BYTES:
+        raise invalid(
+            "part_sha256s",
+            f"Parts are {settings.EPISODE_MULTIPART_PART_BYTES} bytes here (part_bytes"
+            f" {part_bytes} declared).",
+        )
     if not is_multipart(size_bytes):
         raise invalid(
             "part_sha256s",

@@ -46,6 +46,7 @@ class EpisodeRegistration:
     # SHA-256 (hex) of each EPISODE_MULTIPART_PART_BYTES part, for a file uploaded in parts:
     # optional; with them QA need not stream the file on a store that keeps checksums.
     part_sha256s: tuple[str, ...] = ()
+    part_bytes: int = 0  # the part size the fleet computed them at (must be the platform's)
 
     @property
     def seconds(self) -> Decimal:
@@ -76,7 +77,9 @@ def _validate(registration: EpisodeRegistration) -> None:
     if not SHA256_HEX.match(registration.sha256 or ""):
         raise invalid("sha256", "64 lowercase hexadecimal characters (SHA-256 of the file).")
     episode_files.validate_part_sha256s(
-        size_bytes=registration.size_bytes, part_sha256s=registration.part_sha256s
+        size_bytes=registration.size_bytes,
+        part_sha256s=registration.part_sha256s,
+        part_bytes=registration.part_bytes,
     )
     if registration.frames < 1 or not (
         settings.EPISODE_MIN_SECONDS <= registration.seconds <= settings.EPISODE_MAX_SECONDS

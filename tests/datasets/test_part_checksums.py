@@ -67,7 +67,9 @@ def upload_parts(upload: dict, data: bytes) -> list[dict]:
 
 
 def register_in_parts(collection, data: bytes, **overrides):
-    response = collection.register(data, part_sha256s=part_hashes(data), **overrides)
+    response = collection.register(
+        data, part_sha256s=part_hashes(data), part_bytes=PART, **overrides
+    )
     assert response.status_code == 201, response.json()
     return response.json()
 
@@ -210,7 +212,7 @@ def test_on_the_default_store_declared_parts_not_of_the_bytes_are_rejected(
     data = episode_bytes()
     wrong = part_hashes(data)
     wrong[0] = hashlib.sha256(b"not the first part").hexdigest()
-    response = collection.register(data, part_sha256s=wrong)
+    response = collection.register(data, part_sha256s=wrong, part_bytes=PART)
     assert response.status_code == 201, response.json()
     body = response.json()
     etags = upload_parts(body["upload"], data)
@@ -231,7 +233,7 @@ def test_on_a_keeping_store_a_part_not_of_its_declared_hash_is_refused(
     data = episode_bytes()
     wrong = part_hashes(data)
     wrong[1] = hashlib.sha256(b"not the second part").hexdigest()
-    body = collection.register(data, part_sha256s=wrong).json()
+    body = collection.register(data, part_sha256s=wrong, part_bytes=PART).json()
     upload = body["upload"]
     # when: the fleet sends its real bytes
     statuses = [
@@ -268,7 +270,10 @@ def test_the_same_bytes_under_another_declared_sha256_are_a_duplicate(
     assert Episode.objects.get(pk=first["id"]).status == Episode.Status.ACCEPTED
     # when: the same bytes again, declaring another whole-file SHA-256
     response = collection.register(
-        data, part_sha256s=part_hashes(data), sha256=hashlib.sha256(b"pretend").hexdigest()
+        data,
+        part_sha256s=part_hashes(data),
+        part_bytes=PART,
+        sha256=hashlib.sha256(b"pretend").hexdigest(),
     )
     # then: refused by its parts
     assert response.status_code == 409, response.json()
@@ -304,9 +309,11 @@ def test_a_duplicate_found_by_qa_through_its_parts(collection, django_capture_on
 
 
 BAD_PARTS = [
-    ({"part_sha256s": ["ab"]}, 200_000),
-    ({"part_sha256s": ["0" * 64]}, 200_000),  # 4 parts of 60,000 bytes, 1 declared
-    ({"part_sha256s": ["0" * 64]}, 5_000),  # a single PUT has no parts
+    ({"part_sha256s": ["ab"] * 4, "part_bytes": PART}, 200_000),
+    ({"part_sha256s": ["0" * 64], "part_bytes": PART}, 200_000),  # 4 parts of 60,000 bytes
+    ({"part_sha256s": ["0" * 64], "part_bytes": PART}, 5_000),  # a single PUT has no parts
+    ({"part_sha256s": ["0" * 64] * 4, "part_bytes": 55_000}, 200_000),  # not the platform's
+    ({"part_sha256s": ["0" * 64] * 4}, 200_000),  # the part size not declared
 ]
 
 
