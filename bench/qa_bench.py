@@ -50,7 +50,9 @@ def upload_in_parts(storage, key: str, data: bytes, part_bytes: int) -> list[str
             content_length=len(chunk),
             sha256_hex=digest,
         )
-        sent = urllib.request.Request(request.url, data=chunk, method="PUT", headers=request.headers)
+        sent = urllib.request.Request(
+            request.url, data=chunk, method="PUT", headers=request.headers
+        )
         with urllib.request.urlopen(sent, timeout=60) as response:
             etag = response.headers["ETag"]
         checksum = storage.sha256_hex_to_base64(digest)

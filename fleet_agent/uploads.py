@@ -64,7 +64,6 @@ def register(client, job_id: str, body: dict, data: bytes, key: str = "", *, rep
         return call(job_id, body, key)
 
 
-
 def cameras_of(job: dict) -> list[dict]:
     return list((job.get("stream_spec") or {}).get("cameras") or [])
 

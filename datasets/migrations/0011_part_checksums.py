@@ -4,31 +4,36 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('datasets', '0010_delivery_versions_exclusions'),
-        ('fleets', '0004_operators'),
-        ('orders', '0006_seed_state_limits'),
+        ("datasets", "0010_delivery_versions_exclusions"),
+        ("fleets", "0004_operators"),
+        ("orders", "0006_seed_state_limits"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='episode',
-            name='part_bytes',
+            model_name="episode",
+            name="part_bytes",
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='episode',
-            name='part_sha256s',
+            model_name="episode",
+            name="part_sha256s",
             field=models.JSONField(blank=True, default=list),
         ),
         migrations.AddField(
-            model_name='episode',
-            name='parts_sha256',
+            model_name="episode",
+            name="parts_sha256",
             field=models.CharField(blank=True, max_length=64),
         ),
         migrations.AddConstraint(
-            model_name='episode',
-            constraint=models.UniqueConstraint(condition=models.Q(('status', 'accepted'), models.Q(('parts_sha256', ''), _negated=True)), fields=('order', 'parts_sha256'), name='episode_parts_accepted_once_per_order'),
+            model_name="episode",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(
+                    ("status", "accepted"), models.Q(("parts_sha256", ""), _negated=True)
+                ),
+                fields=("order", "parts_sha256"),
+                name="episode_parts_accepted_once_per_order",
+            ),
         ),
     ]

@@ -143,9 +143,7 @@ def presign(
         parts=tuple(parts),
         camera_key=camera_key,
     )
-    return Presigned(
-        instructions=instructions, multipart_upload_id=upload_id, part_bytes=part_size
-    )
+    return Presigned(instructions=instructions, multipart_upload_id=upload_id, part_bytes=part_size)
 
 
 # --- Videos ------------------------------------------------------------------------------------
