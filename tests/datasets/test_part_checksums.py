@@ -324,3 +324,23 @@ def test_bad_part_declarations_are_400(collection, change, size):
     assert response.status_code == 400, response.json()
     assert "part_sha256s" in response.json()["fields"]
     assert Episode.objects.count() == 0
+
+
+@pytest.mark.usefixtures("s3_keeping")
+def test_qa_takes_the_uploads_checksum_and_does_without_it_once_gone():
+    from datasets.qa_checks import EpisodeExpectation, check_stored_episode
+
+    # given: an upload with its checksum kept, and the platform's copy of it
+    data = episode_bytes(frames=300)
+    digest = hashlib.sha256(data).hexdigest()
+    single = storage.presigned_put(key="t/upload", content_length=len(data), sha256_hex=digest)
+    assert put({"url": single.url, "headers": single.headers}, data) == 200
+    storage.put_bytes(key="t/copy", data=data)
+    expected = EpisodeExpectation(size=len(data), sha256_hex=digest, fps=30, action_dim=8)
+    # when / then: the upload's checksum is used
+    result = check_stored_episode("t/copy", expected, uploaded_key="t/upload")
+    assert result.passed and result.checksum_source == "store"
+    # when the upload is gone: the copy's own checksum, not "object_missing"
+    storage.client().delete_object(Bucket=storage.bucket(), Key="t/upload")
+    result = check_stored_episode("t/copy", expected, uploaded_key="t/upload")
+    assert result.passed, result.failures
