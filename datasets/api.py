@@ -45,6 +45,28 @@ class EpisodeRegisterSerializer(serializers.Serializer):
     fps = serializers.IntegerField(min_value=1, max_value=1000)
     size_bytes = serializers.IntegerField(min_value=1)
     sha256 = serializers.RegexField(r"^[0-9a-f]{64}$", help_text="SHA-256 of the file, hex.")
+    part_sha256s = serializers.ListField(
+        child=serializers.RegexField(r"^[0-9a-f]{64}$"),
+        required=False,
+        default=list,
+        max_length=10000,
+        help_text=(
+            "Optional, for a file uploaded in parts (EPISODE_MULTIPART_THRESHOLD_BYTES or more):"
+            " the SHA-256 (hex) of each EPISODE_MULTIPART_PART_BYTES part, in order. Each part"
+            " URL is then signed with its checksum (send the x-amz-checksum-sha256 header given)"
+            " and a store that keeps checksums refuses other bytes, so QA reads only what it"
+            " checks instead of the whole file."
+        ),
+    )
+    part_bytes = serializers.IntegerField(
+        required=False,
+        default=0,
+        min_value=0,
+        help_text=(
+            "With part_sha256s: the part size they were computed at, which must be the"
+            " platform's EPISODE_MULTIPART_PART_BYTES (else 400 naming it)."
+        ),
+    )
     frames = serializers.IntegerField(
         min_value=1, max_value=10_000_000, help_text="Rows of the file (frames / fps = seconds)."
     )
@@ -73,6 +95,8 @@ class EpisodeRegisterSerializer(serializers.Serializer):
             frames=data["frames"],
             objects_handled=tuple(data["objects_handled"]),
             videos=tuple(VideoDeclaration(**video) for video in data["videos"]),
+            part_sha256s=tuple(data["part_sha256s"]),
+            part_bytes=data["part_bytes"],
         )
 
 

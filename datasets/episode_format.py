@@ -80,5 +80,21 @@ def parquet_bytes(columns: dict, row_group_size: int | None = None) -> bytes:
     return sink.getvalue()
 
 
+def column_chunk_bytes(data: bytes, columns) -> int:
+    """Bytes of these columns' chunks over every row group of a parquet file: what a reader
+    fetching only them must read, besides the footer."""
+    metadata = pq.ParquetFile(io.BytesIO(data)).metadata
+    wanted = set(columns)
+    return sum(
+        chunk.total_compressed_size
+        for group in range(metadata.num_row_groups)
+        for chunk in (
+            metadata.row_group(group).column(index)
+            for index in range(metadata.row_group(group).num_columns)
+        )
+        if chunk.path_in_schema.split(".list.")[0] in wanted
+    )
+
+
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()

@@ -37,6 +37,16 @@ class Episode(models.Model):
     fps = models.PositiveSmallIntegerField()
     size_bytes = models.BigIntegerField()
     sha256 = models.CharField(max_length=64)
+    # A multipart upload (from EPISODE_MULTIPART_THRESHOLD_BYTES) is cut in parts of
+    # `part_bytes` (the platform's EPISODE_MULTIPART_PART_BYTES when registered). The fleet may
+    # declare each part's SHA-256 (hex, `part_sha256s`): each part URL is then signed with its
+    # checksum and a store that keeps checksums proves the bytes are those parts, so QA does
+    # not stream the file. `parts_sha256` (hex sha256 of the part digests, what S3's composite
+    # checksum encodes) is the verified identity of a multipart file, set by QA from the
+    # store's composite or from its own stream; duplicates are found by it as by `sha256`.
+    part_bytes = models.PositiveIntegerField(default=0)  # 0: a single PUT
+    part_sha256s = models.JSONField(default=list, blank=True)
+    parts_sha256 = models.CharField(max_length=64, blank=True)
 
     # Where the bytes are. `upload_key` is fresh for every upload URL handed out; on completion
     # QA first copies it to `stored_key`, for which no upload URL ever exists, so nothing a
@@ -89,6 +99,11 @@ class Episode(models.Model):
                 fields=["order", "sha256"],
                 condition=models.Q(status="accepted"),
                 name="episode_accepted_once_per_order",
+            ),
+            models.UniqueConstraint(
+                fields=["order", "parts_sha256"],
+                condition=models.Q(status="accepted") & ~models.Q(parts_sha256=""),
+                name="episode_parts_accepted_once_per_order",
             ),
         ]
         indexes = [

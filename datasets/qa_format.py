@@ -122,6 +122,9 @@ class EpisodeExpectation:
     # The order's low-dim sensor streams (stream spec "vectors"): (column, length), checked
     # like the state: present, float vectors of that length, finite.
     vectors: tuple[tuple[str, int], ...] = ()
+    # A multipart upload's part size and the parts' SHA-256 (hex) the fleet declared, if any.
+    part_bytes: int = 0
+    part_sha256s: tuple[str, ...] = ()
 
     @property
     def vector_dims(self) -> dict[str, int]:
@@ -150,6 +153,8 @@ class QAResult:
     duration_seconds: Decimal = Decimal("0")
     bytes_read: int = 0  # parquet bytes fetched by range (footer + checked columns)
     checksum_bytes_read: int = 0  # bytes streamed to verify the checksum, if the store has none
+    checksum_source: str = ""  # "store" (the checksum it kept) or "stream" (read by QA)
+    parts_sha256: str = ""  # a multipart file's verified identity (hex sha256 of part digests)
     videos: dict = field(default_factory=dict)  # camera_key -> what video QA measured
     # Content QA (when the expectation asks for it and the format checks passed).
     measurements: dict = field(default_factory=dict)
@@ -171,10 +176,11 @@ def check_episode_file(
     result = result or QAResult()
     limits = limits or QALimits()
     deadline = time.monotonic() + limits.seconds
-    if not _footer_within_limit(source, limits, result):
+    metadata = _footer(source, limits, result)
+    if metadata is None:
         return result
     try:
-        parquet = pq.ParquetFile(source)
+        parquet = pq.ParquetFile(source, metadata=metadata)
     except (pa.ArrowInvalid, pa.ArrowException, OSError, ValueError) as exc:
         result.fail(Reason.NOT_PARQUET, f"Not a readable parquet file ({exc.__class__.__name__}).")
         return result
@@ -233,11 +239,13 @@ def _check_content(scan: "_Scan", expected: EpisodeExpectation, result: QAResult
 PARQUET_MAGIC = b"PAR1"
 
 
-def _footer_within_limit(source, limits: QALimits, result: QAResult) -> bool:
-    """Read the footer's length from the file's last 8 bytes before pyarrow reads the footer."""
+def _footer(source, limits: QALimits, result: QAResult):
+    """The file's metadata, reading only its footer: its length from the last 8 bytes, then
+    (within the limit) exactly those bytes, instead of pyarrow's speculative 64 KiB read.
+    None (and a failure recorded) when the file is no parquet or its footer is too large."""
     if isinstance(source, str | bytes) or hasattr(source, "__fspath__"):
         with open(source, "rb") as handle:
-            return _footer_within_limit(handle, limits, result)
+            return _footer(handle, limits, result)
     try:
         size = source.seek(0, 2)
         if size < 12:
@@ -247,10 +255,10 @@ def _footer_within_limit(source, limits: QALimits, result: QAResult) -> bool:
         source.seek(0)
     except (OSError, ValueError):
         result.fail(Reason.NOT_PARQUET, "Not a readable parquet file (too short).")
-        return False
+        return None
     if tail[4:] != PARQUET_MAGIC:
         result.fail(Reason.NOT_PARQUET, "Not a parquet file (no PAR1 marker at its end).")
-        return False
+        return None
     footer = int.from_bytes(tail[:4], "little")
     if footer > limits.max_footer_bytes or footer > size - 12:
         result.fail(
@@ -258,8 +266,15 @@ def _footer_within_limit(source, limits: QALimits, result: QAResult) -> bool:
             f"The parquet footer declares {footer} bytes; at most"
             f" {limits.max_footer_bytes} are read.",
         )
-        return False
-    return True
+        return None
+    try:
+        source.seek(size - 8 - footer)
+        blob = source.read(footer + 8)
+        source.seek(0)
+        return pq.read_metadata(pa.BufferReader(PARQUET_MAGIC + blob))
+    except (pa.ArrowInvalid, pa.ArrowException, OSError, ValueError) as exc:
+        result.fail(Reason.NOT_PARQUET, f"Not a readable parquet file ({exc.__class__.__name__}).")
+        return None
 
 
 def _layout_within_limits(

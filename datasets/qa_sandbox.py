@@ -90,7 +90,11 @@ def video_limits(deadline: float | None = None) -> VideoLimits:
 
 
 def check_stored_episode_bounded(
-    key: str, expected: EpisodeExpectation, videos: tuple[StoredVideo, ...] = ()
+    key: str,
+    expected: EpisodeExpectation,
+    videos: tuple[StoredVideo, ...] = (),
+    *,
+    uploaded_key: str = "",
 ) -> QAResult:
     """check_stored_episode, then each camera's video, within QALimits (one deadline for all
     the episode's files), in the sandbox unless EPISODE_QA_SANDBOX is off."""
@@ -99,7 +103,7 @@ def check_stored_episode_bounded(
 
     def check() -> QAResult:
         deadline = time.monotonic() + limits.seconds
-        result = check_stored_episode(key, expected, limits)
+        result = check_stored_episode(key, expected, limits, uploaded_key=uploaded_key)
         if result.passed and videos:
             check_stored_videos(
                 videos,

@@ -1,9 +1,12 @@
 """The one boto3 integration: object storage for episodes and deliveries.
 
 Bytes never pass through Django: fleets PUT to presigned URLs, customers GET from presigned
-URLs. Length and SHA-256 are signed into upload URLs, so AWS S3 refuses any other body; the
-local S3 server enforces only the signed length and signature, which is why QA verifies the
-checksum itself (`object_sha256`).
+URLs. Length and SHA-256 are signed into upload URLs (a single PUT's, or each part's of a
+multipart upload begun with ChecksumAlgorithm=SHA256), so AWS S3 refuses any other body and
+keeps the checksum (`head` returns it: the file's, or for a multipart upload the composite
+"<base64 sha256 of the part digests>-<N>"). The local S3 server by default enforces only the
+signed length and signature and keeps no checksum, which is why QA then verifies the bytes
+itself (`object_sha256`); `local_s3/checksums.js` emulates a store that keeps them.
 """
 
 import base64
@@ -144,9 +147,25 @@ def presigned_put(
     )
 
 
-def multipart_start(*, key: str) -> str:
+def parts_digest(part_sha256_hexes) -> str:
+    """sha256(part digest 1 + ... + part digest N), hex: what a composite checksum encodes."""
+    joined = b"".join(bytes.fromhex(part) for part in part_sha256_hexes)
+    return hashlib.sha256(joined).hexdigest()
+
+
+def composite_sha256(part_sha256_hexes) -> str:
+    """The checksum S3 keeps for a multipart upload with SHA-256 part checksums:
+    base64(sha256(part digest 1 + ... + part digest N)) + "-N"."""
+    digest = sha256_hex_to_base64(parts_digest(part_sha256_hexes))
+    return f"{digest}-{len(part_sha256_hexes)}"
+
+
+def multipart_start(*, key: str, sha256_checksums: bool = False) -> str:
+    """Begin a multipart upload; with `sha256_checksums` every part must carry its SHA-256
+    (signed into its URL) and the stored object keeps the composite."""
+    extra = {"ChecksumAlgorithm": "SHA256"} if sha256_checksums else {}
     with _translated(key):
-        response = client().create_multipart_upload(Bucket=bucket(), Key=key)
+        response = client().create_multipart_upload(Bucket=bucket(), Key=key, **extra)
     return response["UploadId"]
 
 
@@ -156,25 +175,34 @@ def presigned_part_put(
     upload_id: str,
     part_number: int,
     content_length: int,
+    sha256_hex: str = "",
     expires_in: int | None = None,
 ) -> PresignedRequest:
+    """One part's URL bound to its length and, when given, its SHA-256."""
+    params = {
+        "Bucket": bucket(),
+        "Key": key,
+        "UploadId": upload_id,
+        "PartNumber": part_number,
+        "ContentLength": content_length,
+    }
+    headers = {"Content-Length": str(content_length)}
+    if sha256_hex:
+        params["ChecksumSHA256"] = headers["x-amz-checksum-sha256"] = sha256_hex_to_base64(
+            sha256_hex
+        )
     url = client().generate_presigned_url(
         "upload_part",
-        Params={
-            "Bucket": bucket(),
-            "Key": key,
-            "UploadId": upload_id,
-            "PartNumber": part_number,
-            "ContentLength": content_length,
-        },
+        Params=params,
         ExpiresIn=expires_in or settings.S3_UPLOAD_URL_EXPIRY_SECONDS,
         HttpMethod="PUT",
     )
-    return PresignedRequest(method="PUT", url=url, headers={"Content-Length": str(content_length)})
+    return PresignedRequest(method="PUT", url=url, headers=headers)
 
 
 def multipart_complete(*, key: str, upload_id: str, parts: list[dict]) -> None:
-    """parts: [{"PartNumber": 1, "ETag": "..."}, ...] as the uploader saw them."""
+    """parts: [{"PartNumber": 1, "ETag": "..."}, ...] as the uploader saw them, each with its
+    "ChecksumSHA256" (base64) when the upload was begun with SHA-256 checksums."""
     with _translated(key):
         client().complete_multipart_upload(
             Bucket=bucket(),
@@ -225,12 +253,31 @@ def exists(key: str) -> bool:
 
 def object_sha256(key: str) -> str:
     """SHA-256 (hex) of the stored bytes, streamed once."""
+    return object_sha256_parts(key)[0]
+
+
+def object_sha256_parts(key: str, part_bytes: int = 0) -> tuple[str, list[str]]:
+    """SHA-256 (hex) of the stored bytes, streamed once, and (when `part_bytes`) the SHA-256
+    (hex) of each `part_bytes` part of them, from the same pass."""
     digest = hashlib.sha256()
+    parts: list[str] = []
+    part, in_part = hashlib.sha256(), 0
     with _translated(key):
         body = client().get_object(Bucket=bucket(), Key=key)["Body"]
         for chunk in iter(lambda: body.read(STREAM_CHUNK), b""):
             digest.update(chunk)
-    return digest.hexdigest()
+            view = memoryview(chunk)
+            while part_bytes and view:
+                take = view[: part_bytes - in_part]
+                part.update(take)
+                in_part += len(take)
+                view = view[len(take) :]
+                if in_part == part_bytes:
+                    parts.append(part.hexdigest())
+                    part, in_part = hashlib.sha256(), 0
+    if in_part:
+        parts.append(part.hexdigest())
+    return digest.hexdigest(), parts
 
 
 def put_bytes(*, key: str, data: bytes, content_type: str = "application/octet-stream") -> None:

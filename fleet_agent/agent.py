@@ -24,7 +24,6 @@ import random
 import re
 import threading
 import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from decimal import ROUND_DOWN, Decimal
@@ -457,7 +456,7 @@ class FleetAgent:
             "videos": uploads.declarations(videos),
         }
         try:
-            registered = self.client.register_episode(job["id"], body, uuid.uuid4().hex)
+            registered = uploads.register(self.client, job["id"], body, episode.data)
         except ApiError as exc:
             order_fps = _order_fps(exc)
             if order_fps is None or order_fps == fps:

@@ -1,6 +1,12 @@
-"""An episode's camera videos on the way up: declared at registration (size, SHA-256), PUT
-to their own presigned URLs (one PUT or multipart, as the platform says), their multipart
-ETags sent with `complete`.
+"""An episode's files on the way up: registered with the parquet's part checksums when it
+goes up in parts, the camera videos declared (size, SHA-256), PUT to their own presigned
+URLs (one PUT or multipart, as the platform says), their multipart ETags sent with `complete`.
+
+A parquet of MULTIPART_FROM bytes or more is registered with the SHA-256 of each PART_BYTES
+part (`part_sha256s`, the platform's fixed part size): its part URLs then carry their
+checksums, and on a store that keeps them QA reads only what it checks. A platform with
+another part size or threshold answers 400 on `part_sha256s`; the agent then registers the
+file without them (QA streams it; nothing else changes).
 
 A job's stream spec (`job["stream_spec"]`) lists the cameras every episode carries. An
 `Episode` may bring its videos (`Episode.videos`); for a camera it lacks, the agent renders
@@ -12,12 +18,50 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import uuid
 
 from fleet_agent.cameras import ENCODERS, render_camera_videos
 from fleet_agent.client import ApiError
 from fleet_agent.episodes import Episode
 
 log = logging.getLogger("fleet_agent")
+
+# The platform's EPISODE_MULTIPART_THRESHOLD_BYTES and EPISODE_MULTIPART_PART_BYTES defaults.
+MULTIPART_FROM = 64 * 1024 * 1024
+PART_BYTES = 16 * 1024 * 1024
+
+
+def part_sha256s(data: bytes, part_bytes: int | None = None) -> list[str]:
+    part_bytes = part_bytes or PART_BYTES
+    view = memoryview(data)
+    return [
+        hashlib.sha256(view[start : start + part_bytes]).hexdigest()
+        for start in range(0, len(data), part_bytes)
+    ]
+
+
+def with_parts(body: dict, data: bytes) -> dict:
+    """The registration body, with the parquet's part checksums when it goes up in parts."""
+    if len(data) < MULTIPART_FROM:
+        return body
+    return {**body, "part_sha256s": part_sha256s(data), "part_bytes": PART_BYTES}
+
+
+def register(client, job_id: str, body: dict, data: bytes, key: str = "", *, replayed=False):
+    """Register with the part checksums (`with_parts`) under Idempotency-Key `key` (a fresh
+    one when ""); `replayed`: `client.register_episode_replayed`'s answer. A platform refusing
+    the checksums (another part size or threshold: 400 on `part_sha256s`) gets the plain body
+    instead: a 400 is not kept under the key, so the same key serves the second request."""
+    key = key or uuid.uuid4().hex
+    call = client.register_episode_replayed if replayed else client.register_episode
+    declared = with_parts(body, data)
+    try:
+        return call(job_id, declared, key)
+    except ApiError as exc:
+        if declared is body or exc.status != 400 or "part_sha256s" not in exc.fields:
+            raise
+        log.info("the platform takes no part checksums here (%s): registering without", exc)
+        return call(job_id, body, key)
 
 
 def cameras_of(job: dict) -> list[dict]:

@@ -41,7 +41,10 @@ def start(
     bucket: str = "marketplace",
     access_key: str = "local-key",
     secret_key: str = "local-secret",  # noqa: S107 - the local server's own key pair
+    keep_checksums: bool = False,
 ) -> LocalS3:
+    """`keep_checksums`: verify, keep and return SHA-256 checksums as AWS S3 does
+    (local_s3/checksums.js); by default checksums are neither verified nor kept."""
     port = port or free_port()
     env = {
         **os.environ,
@@ -50,6 +53,7 @@ def start(
         "S3_BUCKET": bucket,
         "AWS_ACCESS_KEY_ID": access_key,
         "AWS_SECRET_ACCESS_KEY": secret_key,
+        "S3_KEEP_CHECKSUMS": "1" if keep_checksums else "0",
     }
     process = subprocess.Popen(  # noqa: S603 - our own server script, fixed arguments
         ["node", str(SERVER_JS)],  # noqa: S607 - node from PATH, like npm

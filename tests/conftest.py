@@ -139,6 +139,28 @@ def s3_server(tmp_path_factory):
         yield server
 
 
+@pytest.fixture(scope="session")
+def s3_keeping_server(tmp_path_factory):
+    """The same server in its checksum-keeping mode (local_s3/checksums.js): it verifies,
+    keeps and returns SHA-256 checksums as AWS S3 does."""
+    with local_s3.running(
+        tmp_path_factory.mktemp("s3-keeping"),
+        bucket="test-bucket",
+        access_key="test-key",
+        secret_key="test-secret",
+        keep_checksums=True,
+    ) as server:
+        yield server
+
+
+@pytest.fixture
+def s3_keeping(s3_keeping_server, settings):
+    """Point storage at the checksum-keeping local S3 server for one test."""
+    for name, value in s3_keeping_server.settings().items():
+        setattr(settings, name, value)
+    return s3_keeping_server
+
+
 @pytest.fixture
 def s3(s3_server, settings):
     """Point storage at the session's local S3 server for one test."""

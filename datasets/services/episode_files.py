@@ -58,14 +58,60 @@ class UploadInstructions:
 class Presigned:
     instructions: UploadInstructions
     multipart_upload_id: str  # "" for a single PUT
+    part_bytes: int = 0  # the part size of a multipart upload
 
 
-def presign(*, key: str, size_bytes: int, sha256: str, camera_key: str = "") -> Presigned:
+def is_multipart(size_bytes: int) -> bool:
+    return size_bytes >= settings.EPISODE_MULTIPART_THRESHOLD_BYTES
+
+
+def validate_part_sha256s(
+    *, size_bytes: int, part_sha256s: tuple[str, ...], part_bytes: int
+) -> None:
+    """Declared part checksums: none, or one SHA-256 (hex) per EPISODE_MULTIPART_PART_BYTES
+    part of a file uploaded in parts, computed at that part size (`part_bytes`, declared with
+    them: the platform fixes the part size, so the parts and their composite are a function of
+    the file's bytes, and a fleet assuming another size is told so, not rejected by QA)."""
+    if not part_sha256s:
+        return
+    if part_bytes != settings.EPISODE_MULTIPART_PART_BYTES:
+        raise invalid(
+            "part_sha256s",
+            f"Parts are {settings.EPISODE_MULTIPART_PART_BYTES} bytes here (part_bytes"
+            f" {part_bytes} declared).",
+        )
+    if not is_multipart(size_bytes):
+        raise invalid(
+            "part_sha256s",
+            f"Files under {settings.EPISODE_MULTIPART_THRESHOLD_BYTES} bytes are one PUT:"
+            " declare no parts.",
+        )
+    count = -(-size_bytes // part_bytes)
+    if len(part_sha256s) != count:
+        raise invalid(
+            "part_sha256s",
+            f"One SHA-256 per part of {part_bytes} bytes (the last shorter): {count} for"
+            f" {size_bytes} bytes, not {len(part_sha256s)}.",
+        )
+    if not all(SHA256_HEX.match(part or "") for part in part_sha256s):
+        raise invalid("part_sha256s", "Each part's SHA-256 is 64 lowercase hex characters.")
+
+
+def presign(
+    *,
+    key: str,
+    size_bytes: int,
+    sha256: str,
+    camera_key: str = "",
+    part_sha256s: tuple[str, ...] = (),
+) -> Presigned:
     """Upload URL(s) for one file to `key`: a single PUT with its length and SHA-256 signed
-    in, or (from EPISODE_MULTIPART_THRESHOLD_BYTES) a multipart upload's part URLs."""
+    in, or (from EPISODE_MULTIPART_THRESHOLD_BYTES) a multipart upload's part URLs, each with
+    its length and, when the fleet declared them, its SHA-256 signed in (the upload is then
+    begun with ChecksumAlgorithm=SHA256: the store refuses a part of other bytes)."""
     expires_in = settings.S3_UPLOAD_URL_EXPIRY_SECONDS
     expires_at = timezone.now() + timezone.timedelta(seconds=expires_in)
-    if size_bytes < settings.EPISODE_MULTIPART_THRESHOLD_BYTES:
+    if not is_multipart(size_bytes):
         request = storage.presigned_put(
             key=key, content_length=size_bytes, sha256_hex=sha256, expires_in=expires_in
         )
@@ -78,7 +124,7 @@ def presign(*, key: str, size_bytes: int, sha256: str, camera_key: str = "") -> 
         )
         return Presigned(instructions=instructions, multipart_upload_id="")
     part_size = settings.EPISODE_MULTIPART_PART_BYTES
-    upload_id = storage.multipart_start(key=key)
+    upload_id = storage.multipart_start(key=key, sha256_checksums=bool(part_sha256s))
     parts = []
     for index, start in enumerate(range(0, size_bytes, part_size), start=1):
         request = storage.presigned_part_put(
@@ -86,6 +132,7 @@ def presign(*, key: str, size_bytes: int, sha256: str, camera_key: str = "") -> 
             upload_id=upload_id,
             part_number=index,
             content_length=min(part_size, size_bytes - start),
+            sha256_hex=part_sha256s[index - 1] if part_sha256s else "",
             expires_in=expires_in,
         )
         parts.append(UploadPart(part_number=index, url=request.url, headers=request.headers))
@@ -96,7 +143,7 @@ def presign(*, key: str, size_bytes: int, sha256: str, camera_key: str = "") -> 
         parts=tuple(parts),
         camera_key=camera_key,
     )
-    return Presigned(instructions=instructions, multipart_upload_id=upload_id)
+    return Presigned(instructions=instructions, multipart_upload_id=upload_id, part_bytes=part_size)
 
 
 # --- Videos ------------------------------------------------------------------------------------
@@ -199,7 +246,9 @@ def finish_files(
     missing = []
     if episode.multipart_upload_id:
         if parts:
-            complete_multipart(episode.upload_key, episode.multipart_upload_id, parts)
+            complete_multipart(
+                episode.upload_key, episode.multipart_upload_id, parts, episode.part_sha256s
+            )
             episode.multipart_upload_id = ""  # done: from now on a stored object like a PUT
             episode.save(update_fields=["multipart_upload_id"])
         else:
@@ -218,15 +267,21 @@ def finish_files(
     return missing
 
 
-def complete_multipart(key: str, upload_id: str, parts: list[dict]) -> None:
-    """storage.multipart_complete; a refusal is the caller's 400 (unless the object is there:
-    completed by an earlier call whose answer was lost or rolled back), an outage propagates."""
+def complete_multipart(
+    key: str, upload_id: str, parts: list[dict], part_sha256s: list[str] | tuple = ()
+) -> None:
+    """storage.multipart_complete (each part with its declared SHA-256, if any: the store
+    checks them against the parts it verified and keeps the composite); a refusal is the
+    caller's 400 (unless the object is there: completed by an earlier call whose answer was
+    lost or rolled back), an outage propagates."""
+    given = [{"PartNumber": p["part_number"], "ETag": p["etag"]} for p in parts]
+    for part in given if part_sha256s else ():
+        number = part["PartNumber"]
+        if not (isinstance(number, int) and 1 <= number <= len(part_sha256s)):
+            raise invalid("parts", f"Part {number} is not a part of this upload.")
+        part["ChecksumSHA256"] = storage.sha256_hex_to_base64(part_sha256s[number - 1])
     try:
-        storage.multipart_complete(
-            key=key,
-            upload_id=upload_id,
-            parts=[{"PartNumber": p["part_number"], "ETag": p["etag"]} for p in parts],
-        )
+        storage.multipart_complete(key=key, upload_id=upload_id, parts=given)
     except storage.StorageError as exc:
         if storage.exists(key):  # storage down: this raises StorageUnavailable too (503)
             return

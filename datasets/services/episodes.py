@@ -8,6 +8,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from datasets import storage, tasks
@@ -42,6 +43,10 @@ class EpisodeRegistration:
     objects_handled: tuple[str, ...] = ()
     # One per camera of the order's stream spec (none for an order without cameras).
     videos: tuple[VideoDeclaration, ...] = ()
+    # SHA-256 (hex) of each EPISODE_MULTIPART_PART_BYTES part, for a file uploaded in parts:
+    # optional; with them QA need not stream the file on a store that keeps checksums.
+    part_sha256s: tuple[str, ...] = ()
+    part_bytes: int = 0  # the part size the fleet computed them at (must be the platform's)
 
     @property
     def seconds(self) -> Decimal:
@@ -71,6 +76,11 @@ def _validate(registration: EpisodeRegistration) -> None:
         raise invalid("size_bytes", f"Between 1 and {settings.EPISODE_MAX_BYTES} bytes.")
     if not SHA256_HEX.match(registration.sha256 or ""):
         raise invalid("sha256", "64 lowercase hexadecimal characters (SHA-256 of the file).")
+    episode_files.validate_part_sha256s(
+        size_bytes=registration.size_bytes,
+        part_sha256s=registration.part_sha256s,
+        part_bytes=registration.part_bytes,
+    )
     if registration.frames < 1 or not (
         settings.EPISODE_MIN_SECONDS <= registration.seconds <= settings.EPISODE_MAX_SECONDS
     ):
@@ -139,6 +149,7 @@ def episode_register(
             fps=registration.fps,
             size_bytes=registration.size_bytes,
             sha256=registration.sha256,
+            part_sha256s=list(registration.part_sha256s),
             declared_frames=registration.frames,
         )
         episode.upload_key = _upload_key(episode)
@@ -155,8 +166,11 @@ def _check_room(*, job: Job, registration: EpisodeRegistration) -> None:
     """A job takes episodes while its time still to fill exceeds what is already on the way
     (registered or awaiting QA): at most one episode's worth beyond its target is ever in
     flight, and a file already accepted (or awaiting QA) in the order is refused at once."""
+    same_file = Q(sha256=registration.sha256)
+    if registration.part_sha256s:
+        same_file |= Q(parts_sha256=storage.parts_digest(registration.part_sha256s))
     twin = (
-        Episode.objects.filter(order_id=job.order_id, sha256=registration.sha256)
+        Episode.objects.filter(same_file, order_id=job.order_id)
         .filter(
             status__in=[Episode.Status.UPLOADED, Episode.Status.ACCEPTED, Episode.Status.EXCLUDED]
         )
@@ -205,9 +219,13 @@ def _upload_instructions(episode: Episode) -> UploadInstructions:
 
 def _upload_instructions_from_storage(episode: Episode) -> UploadInstructions:
     presigned = episode_files.presign(
-        key=episode.upload_key, size_bytes=episode.size_bytes, sha256=episode.sha256
+        key=episode.upload_key,
+        size_bytes=episode.size_bytes,
+        sha256=episode.sha256,
+        part_sha256s=tuple(episode.part_sha256s),
     )
     episode.multipart_upload_id = presigned.multipart_upload_id
+    episode.part_bytes = presigned.part_bytes
     episode.upload_expires_at = presigned.instructions.expires_at
     return presigned.instructions
 
@@ -240,7 +258,9 @@ def episode_renew_upload(*, organization: Organization, episode_id) -> UploadIns
             videos, replaced_videos = episode_files.videos_renew(episode=episode)
         except storage.StorageError as exc:
             raise _storage_unavailable(exc) from exc
-        episode.save(update_fields=["upload_key", "multipart_upload_id", "upload_expires_at"])
+        episode.save(
+            update_fields=["upload_key", "multipart_upload_id", "upload_expires_at", "part_bytes"]
+        )
         _abort_on_commit([*replaced, *replaced_videos])
     return replace(instructions, videos=videos)
 
@@ -319,7 +339,10 @@ def episode_complete(
                     raise invalid("parts", "A multipart upload completes with its parts and ETags.")
                 try:
                     episode_files.complete_multipart(
-                        episode.upload_key, episode.multipart_upload_id, parts
+                        episode.upload_key,
+                        episode.multipart_upload_id,
+                        parts,
+                        episode.part_sha256s,
                     )
                 except storage.StorageUnavailable as exc:
                     raise _storage_unavailable(exc) from exc

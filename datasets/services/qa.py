@@ -54,6 +54,8 @@ def episode_expectation(episode: Episode) -> EpisodeExpectation:
         min_duration_seconds=settings.EPISODE_MIN_SECONDS,
         max_duration_seconds=settings.EPISODE_MAX_SECONDS,
         declared_frames=episode.declared_frames,
+        part_bytes=episode.part_bytes,
+        part_sha256s=tuple(episode.part_sha256s),
         vectors=tuple(
             (vector["key"], len(vector["names"]))
             for vector in vectors_of(episode.order.stream_spec)
@@ -162,7 +164,9 @@ def _checked(episode: Episode) -> tuple[QAResult, str, dict[str, str]]:
             )
         )
     expectation = episode_expectation(episode)
-    result = check_stored_episode_bounded(stored_key, expectation, tuple(videos))
+    result = check_stored_episode_bounded(
+        stored_key, expectation, tuple(videos), uploaded_key=episode.upload_key
+    )
     return result, stored_key, video_keys
 
 
@@ -222,6 +226,7 @@ def _record_content(episode: Episode, result: QAResult) -> None:
     episode.idle_fraction = measurements.get("idle_fraction")
     episode.jerk = measurements.get("jerk")
     episode.content_fingerprint, episode.content_fingerprint_alt = result.fingerprints
+    episode.parts_sha256 = result.parts_sha256
 
 
 # A file or trajectory counts once per order: accepted, or accepted then excluded (an excluded
@@ -250,6 +255,14 @@ def near_duplicate_of(episode: Episode) -> Episode | None:
     return found
 
 
+def _same_file(episode: Episode) -> Q:
+    """The same file: by its declared SHA-256, and for a multipart file by its verified parts
+    (on a store that keeps checksums QA proves the parts, not the declared whole-file SHA-256;
+    the part size is fixed by the platform, so the same bytes always have the same parts)."""
+    same = Q(sha256=episode.sha256)
+    return same | Q(parts_sha256=episode.parts_sha256) if episode.parts_sha256 else same
+
+
 def _refuse_if_not_countable(*, episode: Episode, job: Job, result: QAResult) -> None:
     if job.status == Job.Status.CANCELLED:
         result.fail(
@@ -257,7 +270,7 @@ def _refuse_if_not_countable(*, episode: Episode, job: Job, result: QAResult) ->
         )
     elif (
         Episode.objects.filter(
-            order_id=episode.order_id, sha256=episode.sha256, status__in=COUNTED_ONCE
+            _same_file(episode), order_id=episode.order_id, status__in=COUNTED_ONCE
         )
         .exclude(pk=episode.pk)
         .exists()

@@ -313,7 +313,9 @@ def _upload(client, mapping, target, journal, recording, notify) -> Outcome:
         )
     if not resumed:
         key = idempotency_key(target.job_id, source_id, episode.sha256)
-        registered, replayed = client.register_episode_replayed(target.job_id, body, key)
+        registered, replayed = uploads.register(
+            client, target.job_id, body, episode.data, key, replayed=True
+        )
         upload = registered.pop("upload")
         journal.registered(
             source_id,
