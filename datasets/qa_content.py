@@ -111,12 +111,12 @@ def check_content(
     ptp = extremes[1] - extremes[0]
     _check_frozen(ptp, thresholds, names, report)
     smooth = _Smoothed(state, max(1, round(SMOOTH_SECONDS * fps)))  # shared by the next three
-    mean = smooth.sums[-1] / len(state)  # the prefix sum's last row: the total
+    mean = smooth.total / len(state)
     # E[x^2] - mean^2: exact enough for a normaliser (an element whose spread is lost to
     # rounding moves less than any threshold), without an n x D centred copy
     spread = np.sqrt(np.maximum(_squares(state) / len(state) - mean * mean, 0.0))
     idle = _measure_idle(smooth, fps, thresholds, report)
-    correlation = _check_action_state(state, mean, action, ptp, fps, thresholds, report)
+    correlation = _check_action_state(state, action, ptp, fps, thresholds, report)
     jerk = _jerk(smooth, fps)
     report.measurements["jerk"] = round(jerk, 4)
     report.quality_score = quality_score(
@@ -204,27 +204,29 @@ def _check_frozen(ptp, thresholds, names, report) -> None:
 
 class _Smoothed:
     """The state's moving average over `window` frames, evaluated only where it is needed
-    (from one prefix sum): smooth.at(indices), indices 0..len(smooth) - 1."""
+    (from one prefix sum): smooth.at(indices), indices 0..len(smooth) - 1. The prefix sums
+    are held element by frame (D x n + 1), so that numpy's loops run along the frames."""
 
     def __init__(self, state: np.ndarray, window: int):
         self.window = max(1, min(window, len(state) // 2))  # a short episode: shorter window
-        self.sums = np.empty((len(state) + 1, state.shape[1]))
-        self.sums[0] = 0
-        np.cumsum(state, axis=0, out=self.sums[1:])
+        self.sums = np.empty((state.shape[1], len(state) + 1))
+        self.sums[:, 0] = 0
+        self.sums[:, 1:] = state.T
+        np.cumsum(self.sums, axis=1, out=self.sums)  # in place on one contiguous array
         self.length = len(state) - self.window + 1
+        self.total = self.sums[:, -1]
 
     def at(self, indices) -> np.ndarray:
-        return (self.sums[indices + self.window] - self.sums[indices]) / self.window
+        """The smoothed state at `indices`, frames x D."""
+        return ((self.sums[:, indices + self.window] - self.sums[:, indices]) / self.window).T
 
     def between(self, later: slice, earlier: slice) -> np.ndarray:
-        """smooth[later] - smooth[earlier] for two slices of one length (views, no gathers)."""
+        """smooth[later] - smooth[earlier] for two slices of one length, D x frames."""
         w = self.window
         shifted = lambda part: slice(part.start + w, part.stop + w, part.step)  # noqa: E731
+        sums = self.sums
         return (
-            self.sums[shifted(later)]
-            - self.sums[later]
-            - self.sums[shifted(earlier)]
-            + self.sums[earlier]
+            sums[:, shifted(later)] - sums[:, later] - sums[:, shifted(earlier)] + sums[:, earlier]
         ) / w
 
 
@@ -237,12 +239,8 @@ def _measure_idle(smooth: _Smoothed, fps, thresholds, report) -> float:
     if smooth.length < 2:  # one frame: no motion to measure
         speed = np.zeros(1)
     else:
-        count = len(range(0, stop, stride))
-        speed = np.empty(count)
-        for first in range(0, count, CHUNK_ROWS):  # temporaries that stay in cache
-            rows = slice(first * stride, min(count, first + CHUNK_ROWS) * stride, stride)
-            later = slice(rows.start + span, rows.stop + span, stride)
-            speed[first : first + CHUNK_ROWS] = _row_max_abs(smooth.between(later, rows))
+        moved = smooth.between(slice(span, stop + span, stride), slice(0, stop, stride))
+        speed = np.abs(moved, out=moved).max(axis=0)
         speed *= fps / span
     idle = speed < thresholds.idle_speed
     fraction = float(idle.mean())
@@ -270,16 +268,15 @@ def _measure_idle(smooth: _Smoothed, fps, thresholds, report) -> float:
     return fraction
 
 
-def _check_action_state(state, mean, action, ptp, fps, thresholds, report) -> float | None:
-    """Best lag's median correlation of action[t] with state[t + lag] over moving elements
-    (`mean`: the state's, to centre the sampled frames on; correlation does not depend on it)."""
+def _check_action_state(state, action, ptp, fps, thresholds, report) -> float | None:
+    """Best lag's median correlation of action[t] with state[t + lag] over moving elements."""
     moving = np.flatnonzero(ptp >= thresholds.idle_speed)
     max_lag = min(round(thresholds.max_action_lag_seconds * fps), len(state) - 3)
     if moving.size == 0 or max_lag < 0:
         report.measurements.update(action_state_correlation=None, action_lag_frames=None)
         return None
     columns = moving if moving.size < state.shape[1] else slice(None)
-    correlate = _LaggedCorrelation(action, state, mean, columns)
+    correlate = _LaggedCorrelation(action, state, columns)
     # Every other lag, then the neighbours of the best: correlation varies smoothly with the
     # lag for smooth motion, and random actions correlate at no lag.
     scores = {lag: correlate.median(lag) for lag in {*range(0, max_lag + 1, 2), max_lag}}
@@ -307,29 +304,36 @@ def _check_action_state(state, mean, action, ptp, fps, thresholds, report) -> fl
 class _LaggedCorrelation:
     """The per-element Pearson correlation of action[t] with state[t + lag], over at most
     CORRELATION_PAIRS frames t evenly spread (every r-th frame of a long episode: plenty for a
-    correlation). The window sums are totals less the few rows a lag leaves out, so each lag
-    costs one dot product over the sampled frames."""
+    correlation). The window sums are totals less the few frames a lag leaves out, so each lag
+    costs one dot product over the sampled frames. Arrays are held element by frame (D x n):
+    numpy's loops then run along the frames, not along rows of D values."""
 
-    def __init__(self, action, state, mean, columns):
+    def __init__(self, action, state, columns):
         self.stride = stride = max(1, -(-len(action) // CORRELATION_PAIRS))
-        sampled = np.asarray(action[::stride, columns], dtype=np.float64)
-        self.a = sampled - _column_sum(sampled) / len(sampled)  # centred: the sums stay exact
-        self.a_totals = _column_sum(self.a), _squares(self.a)
-        # state[lag::stride] is the (lag % stride)-th of these, from row lag // stride on
-        # (centred, contiguous copies: every lag's dot products run over them)
-        self.grids = [state[offset::stride, columns] - mean[columns] for offset in range(stride)]
-        self.grid_totals = [(_column_sum(grid), _squares(grid)) for grid in self.grids]
+        sampled = np.asarray(np.ascontiguousarray(action[::stride, columns].T), dtype=np.float64)
+        # centred once: the sums lose no precision
+        self.a = sampled - sampled.sum(axis=1, keepdims=True) / sampled.shape[1]
+        self.a_totals = self.a.sum(axis=1), _row_squares(self.a)
+        # state[lag::stride] is the (lag % stride)-th of these, from frame lag // stride on.
+        # Not centred: the covariance below already subtracts the means, and with the action
+        # centred the rounding left is ~1e-10 of the variance of any element moving enough
+        # to be checked (a centring pass over strided rows would cost more than the rest).
+        self.grids = [
+            np.ascontiguousarray(state[offset::stride, columns].T) for offset in range(stride)
+        ]
+        self.grid_totals = [(grid.sum(axis=1), _row_squares(grid)) for grid in self.grids]
 
     def median(self, lag: int) -> float:
         offset, skip = lag % self.stride, lag // self.stride
         grid, (s_total, s2_total) = self.grids[offset], self.grid_totals[offset]
-        s = grid[skip:]
-        m = len(s)  # pairs (t, t + lag) for t = 0, r, 2r, ... while t + lag < n
-        a = self.a[:m]
-        sum_a = self.a_totals[0] - self.a[m:].sum(axis=0)
-        sum_a2 = self.a_totals[1] - _squares(self.a[m:])
-        sum_s, sum_s2 = s_total - grid[:skip].sum(axis=0), s2_total - _squares(grid[:skip])
-        cross = np.einsum("ij,ij->j", a, s)
+        s = grid[:, skip:]
+        m = s.shape[1]  # pairs (t, t + lag) for t = 0, r, 2r, ... while t + lag < n
+        a, a_left = self.a[:, :m], self.a[:, m:]
+        sum_a = self.a_totals[0] - a_left.sum(axis=1)
+        sum_a2 = self.a_totals[1] - _row_squares(a_left)
+        s_left = grid[:, :skip]
+        sum_s, sum_s2 = s_total - s_left.sum(axis=1), s2_total - _row_squares(s_left)
+        cross = np.einsum("ji,ji->j", a, s)
         covariance = cross - sum_a * sum_s / m
         variance = (sum_a2 - sum_a * sum_a / m) * (sum_s2 - sum_s * sum_s / m)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -337,12 +341,9 @@ class _LaggedCorrelation:
         return float(np.median(correlation))
 
 
-def _row_max_abs(x: np.ndarray) -> np.ndarray:
-    """max_j |x[i, j]| per row, a column at a time (a reduce along short rows is slow)."""
-    out = np.abs(x[:, 0])
-    for column in range(1, x.shape[1]):
-        np.maximum(out, np.abs(x[:, column]), out=out)
-    return out
+def _row_squares(x: np.ndarray) -> np.ndarray:
+    """Per row sum of squares of a D x n array."""
+    return np.einsum("ji,ji->j", x, x)
 
 
 def _squares(x: np.ndarray) -> np.ndarray:
@@ -377,20 +378,15 @@ def _column_max(x: np.ndarray) -> np.ndarray:
     return _by_column(x, lambda rows: rows.max(axis=0), np.maximum.reduce)
 
 
-def _column_sum(x: np.ndarray) -> np.ndarray:
-    return _by_column(x, lambda rows: rows.sum(axis=0), np.add.reduce)
-
-
 def _jerk(smooth: _Smoothed, fps) -> float:
     """RMS third derivative of the smoothed state, sampled every JERK_STEP_SECONDS."""
     step = max(1, round(JERK_STEP_SECONDS * fps))
     w = smooth.window
-    sampled = (
-        smooth.sums[w : smooth.length + w : step] - smooth.sums[0 : smooth.length : step]
-    ) / w
-    if len(sampled) < 4:
+    sums = smooth.sums
+    sampled = (sums[:, w : smooth.length + w : step] - sums[:, 0 : smooth.length : step]) / w
+    if sampled.shape[1] < 4:
         return 0.0
-    third = np.diff(sampled, n=3, axis=0) / (step / fps) ** 3
+    third = np.diff(sampled, n=3, axis=1) / (step / fps) ** 3
     return float(np.sqrt(np.mean(third * third)))
 
 
@@ -402,7 +398,7 @@ def fingerprints(state: np.ndarray, fps: int, smooth=None, spread=None) -> tuple
     if spread is None:
         spread = state.std(axis=0)
     points = np.linspace(0, smooth.length - 1, FINGERPRINT_POINTS).round().astype(int)
-    mean = smooth.sums[-1] / len(state)
+    mean = smooth.total / len(state)
     z = (smooth.at(points) - mean) / np.maximum(spread, 1e-3)
     out = []
     for offset in (0.0, 0.5):
