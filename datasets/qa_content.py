@@ -102,10 +102,15 @@ def check_content(
 ) -> ContentReport:
     """All content checks on finite (frames, D) arrays; failures are (code, message)."""
     report = ContentReport()
-    state = np.asarray(state, dtype=np.float64)
+    # float32 (as uploaded) is read as it is: every pass converts what it reads to float64
+    # (a chunk, a sampled row, the prefix sums), so no full float64 copy is made
+    state = np.asarray(state)
+    if state.dtype != np.float32:
+        state = np.asarray(state, dtype=np.float64)
     action = np.asarray(action)  # only its sampled rows are read (and converted)
     names = _names(thresholds, state.shape[1])
-    extremes = _column_min(state), _column_max(state)  # shared: limits, frozen, moving elements
+    # shared: limits, frozen, moving elements
+    extremes = _column_min(state).astype(np.float64), _column_max(state).astype(np.float64)
     _check_limits(state, extremes, thresholds, names, report)
     _check_jumps(state, fps, thresholds, names, report)
     ptp = extremes[1] - extremes[0]
@@ -171,7 +176,7 @@ def _check_jumps(state, fps, thresholds, names, report) -> None:
     bound = thresholds.max_speed / fps + thresholds.jump_tolerance
     largest, frame, element = -1.0, 0, 0
     for start in range(0, len(state) - 1, CHUNK_ROWS):  # temporaries that stay in cache
-        block = state[start : start + CHUNK_ROWS + 1]
+        block = np.asarray(state[start : start + CHUNK_ROWS + 1], dtype=np.float64)
         steps = np.abs(block[1:] - block[:-1])
         at = int(np.argmax(steps))
         if steps.flat[at] > largest:  # the first largest step, as one argmax would find
@@ -319,7 +324,8 @@ class _LaggedCorrelation:
         # centred the rounding left is ~1e-10 of the variance of any element moving enough
         # to be checked (a centring pass over strided rows would cost more than the rest).
         self.grids = [
-            np.ascontiguousarray(state[offset::stride, columns].T) for offset in range(stride)
+            np.ascontiguousarray(state[offset::stride, columns].T, dtype=np.float64)
+            for offset in range(stride)
         ]
         self.grid_totals = [(grid.sum(axis=1), _row_squares(grid)) for grid in self.grids]
 
@@ -348,7 +354,9 @@ def _row_squares(x: np.ndarray) -> np.ndarray:
 
 def _squares(x: np.ndarray) -> np.ndarray:
     """Per column sum of squares, without an n x D temporary."""
-    return _by_column(x, lambda rows: np.einsum("ij,ij->j", rows, rows), np.add.reduce)
+    return _by_column(
+        x, lambda rows: np.einsum("ij,ij->j", rows, rows, dtype=np.float64), np.add.reduce
+    )
 
 
 # A reduction down the columns of a tall, narrow array runs its inner loop over one short row
@@ -392,7 +400,8 @@ def _jerk(smooth: _Smoothed, fps) -> float:
 
 def fingerprints(state: np.ndarray, fps: int, smooth=None, spread=None) -> tuple[str, str]:
     """Two hex fingerprints of the downsampled, normalised trajectory (see the module doc)."""
-    state = np.asarray(state, dtype=np.float64)
+    if smooth is None or spread is None:
+        state = np.asarray(state, dtype=np.float64)
     if smooth is None:
         smooth = _Smoothed(state, max(1, round(SMOOTH_SECONDS * fps)))
     if spread is None:
