@@ -104,11 +104,13 @@ def presign(
     sha256: str,
     camera_key: str = "",
     part_sha256s: tuple[str, ...] = (),
+    part_bytes: int = 0,
 ) -> Presigned:
     """Upload URL(s) for one file to `key`: a single PUT with its length and SHA-256 signed
     in, or (from EPISODE_MULTIPART_THRESHOLD_BYTES) a multipart upload's part URLs, each with
     its length and, when the fleet declared them, its SHA-256 signed in (the upload is then
-    begun with ChecksumAlgorithm=SHA256: the store refuses a part of other bytes)."""
+    begun with ChecksumAlgorithm=SHA256: the store refuses a part of other bytes). `part_bytes`:
+    the part size the episode was registered with (renewed URLs keep it), else the setting."""
     expires_in = settings.S3_UPLOAD_URL_EXPIRY_SECONDS
     expires_at = timezone.now() + timezone.timedelta(seconds=expires_in)
     if not is_multipart(size_bytes):
@@ -123,7 +125,7 @@ def presign(
             camera_key=camera_key,
         )
         return Presigned(instructions=instructions, multipart_upload_id="")
-    part_size = settings.EPISODE_MULTIPART_PART_BYTES
+    part_size = part_bytes or settings.EPISODE_MULTIPART_PART_BYTES
     upload_id = storage.multipart_start(key=key, sha256_checksums=bool(part_sha256s))
     parts = []
     for index, start in enumerate(range(0, size_bytes, part_size), start=1):

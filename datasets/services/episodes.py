@@ -223,6 +223,7 @@ def _upload_instructions_from_storage(episode: Episode) -> UploadInstructions:
         size_bytes=episode.size_bytes,
         sha256=episode.sha256,
         part_sha256s=tuple(episode.part_sha256s),
+        part_bytes=episode.part_bytes,
     )
     episode.multipart_upload_id = presigned.multipart_upload_id
     episode.part_bytes = presigned.part_bytes

@@ -344,3 +344,30 @@ def test_qa_takes_the_uploads_checksum_and_does_without_it_once_gone():
     storage.client().delete_object(Bucket=storage.bucket(), Key="t/upload")
     result = check_stored_episode("t/copy", expected, uploaded_key="t/upload")
     assert result.passed, result.failures
+
+
+@pytest.mark.usefixtures("s3_keeping", "small_parts")
+def test_renewed_part_urls_keep_the_registered_part_size_and_checksums(
+    collection, settings, django_capture_on_commit_callbacks
+):
+    # given: registered in parts, then the platform's part size changes
+    data = episode_bytes()
+    body = register_in_parts(collection, data)
+    settings.EPISODE_MULTIPART_PART_BYTES = 50_000
+    # when
+    renewed = collection.operator.client.post(f"/api/v1/fleet/episodes/{body['id']}/upload")
+    assert renewed.status_code == 200, renewed.json()
+    upload = renewed.json()
+    # then: the same parts, each still bound to its checksum, and QA streams nothing
+    assert upload["part_size"] == PART and len(upload["parts"]) == len(part_hashes(data))
+    assert [p["headers"]["x-amz-checksum-sha256"] for p in upload["parts"]] == [
+        storage.sha256_hex_to_base64(digest) for digest in part_hashes(data)
+    ]
+    episode = complete(
+        collection.operator.client,
+        body["id"],
+        django_capture_on_commit_callbacks,
+        parts=upload_parts(upload, data),
+    )
+    assert episode.status == Episode.Status.ACCEPTED, episode.qa_failures
+    assert episode.qa_bytes_read < len(data) / 2

@@ -61,3 +61,40 @@ def test_with_another_part_size_the_agent_registers_without_checksums(
     assert accepted and all(e.part_sha256s == [] for e in accepted)
     assert all(e.qa_bytes_read >= 1.5 * e.size_bytes for e in accepted)  # streamed too
     assert all(e.parts_sha256 for e in accepted)  # computed by the stream
+
+
+@pytest.mark.usefixtures("s3_keeping", "eager_celery")
+def test_an_import_declares_part_checksums_and_a_lost_journal_gets_the_same_episodes(
+    live_server, operator, customer, tmp_path, settings, monkeypatch
+):
+    from fleet_agent.client import ApiClient
+    from fleet_agent.importers import load_mapping
+    from fleet_agent.importers.journal import Journal
+    from fleet_agent.importers.pipeline import import_recordings
+    from tests.fleet_agent.importing import held_job, write_recording
+
+    settings.EPISODE_MULTIPART_THRESHOLD_BYTES = 6_000
+    settings.EPISODE_MULTIPART_PART_BYTES = 5_000
+    monkeypatch.setattr(uploads, "MULTIPART_FROM", 6_000)
+    monkeypatch.setattr(uploads, "PART_BYTES", 5_000)
+    held = held_job(live_server.url, operator, customer, tmp_path)
+    folder = tmp_path / "recordings"
+    for i in range(2):
+        write_recording(folder, f"ep{i}", seed=80 + i)
+
+    def run(journal_path):
+        client = ApiClient(held.agent.config.base_url, held.agent.config.api_key)
+        mapping = load_mapping(held.mapping_path)
+        with Journal.open(journal_path, mapping.job) as journal:
+            return import_recordings(client, mapping, folder, journal)
+
+    summary = run(tmp_path / "journal.sqlite3")
+
+    assert summary.verdicts() == {"accepted": 2}, summary.as_dict()
+    episodes = list(Episode.objects.filter(order=held.order))
+    for episode in episodes:
+        assert len(episode.part_sha256s) == -(-episode.size_bytes // 5_000) > 1
+        assert episode.part_bytes == 5_000 and episode.parts_sha256
+    again = run(tmp_path / "another-journal.sqlite3")  # the same Idempotency-Keys, replayed
+    assert again.count("resumed") == 2, again.as_dict()
+    assert Episode.objects.filter(order=held.order).count() == 2
