@@ -31,7 +31,7 @@ def test_no_collection_runs_inside_and_the_collector_is_back_after(collector_ena
             inside = gc.isenabled()
             collections.clear()  # any that started before the block
             kept = [[i] for i in range(50 * gc.get_threshold()[0])]
-        during = list(collections)
+            during = list(collections)
         after = gc.isenabled()
     finally:
         gc.callbacks.remove(record)
