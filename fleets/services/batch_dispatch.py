@@ -5,10 +5,10 @@ Per batch, whatever its size: lock the orders then the jobs (order -> job -> fle
 everywhere), read eligible sites, exclusions and site usage (selectors.batch_candidates), lock
 the candidate fleets in id order and read the hours they owe, read open bids; assign in
 memory; write offers, job changes and events, webhook deliveries in one statement each;
-notifications go out after commit (enqueue_on_commit). Python's cyclic garbage collector is
-held off for the batch (marketplace/gc_pause.py): its full collections walk every job, offer
-and event the batch holds, a cost per job that grew with the batch. A winning bid goes through the same
-assign_job as an accepted offer.
+notifications go out after commit (enqueue_on_commit). A winning bid goes through the same
+assign_job as an accepted offer. Python's cyclic garbage collector is held off for the batch
+(marketplace/gc_pause.py): its full collections walk every job, offer and event the batch
+holds, a cost per job that grew with the batch.
 """
 
 from dataclasses import dataclass
