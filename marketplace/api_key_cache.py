@@ -29,6 +29,7 @@ from django.core.cache import cache
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
+from marketplace.compiled_sql import CompiledQuery
 from marketplace.models import ApiKey, Organization
 
 VERSION_KEY = "marketplace:api_keys:version"
@@ -44,6 +45,10 @@ _keys: dict[tuple[str, str], tuple[int, float, ApiKey]] = {}
 # organization id -> (version, monotonic time loaded, organization); key prefix -> its org id
 _organizations: dict[object, tuple[int, float, Organization]] = {}
 _organization_of: dict[str, object] = {}
+# the key by its prefix, as `.first()` would read it: compiled once (marketplace/compiled_sql.py)
+_KEY_BY_PREFIX = CompiledQuery(
+    lambda prefix: ApiKey.objects.filter(prefix=prefix).order_by("pk")[:1], prefix="str"
+)
 
 
 def shared() -> bool:
@@ -62,9 +67,10 @@ def lookup(prefix: str, hashed_key: str) -> ApiKey | None:
         if held is not None and held[0] == version and now - held[1] < ttl:
             return held[2]
     organization = _fresh_organization(_organization_of.get(prefix), version, now, ttl)
-    keys = ApiKey.objects.filter(prefix=prefix)
-    # not held: the organization joined into the same one statement
-    api_key = keys.select_related("organization").first() if organization is None else keys.first()
+    if organization is None:  # not held: the organization joined into the same one statement
+        api_key = ApiKey.objects.filter(prefix=prefix).select_related("organization").first()
+    else:
+        api_key = next(iter(_KEY_BY_PREFIX.models(prefix=prefix)), None)
     if api_key is None:
         return None
     if organization is None or organization.pk != api_key.organization_id:

@@ -38,6 +38,7 @@ from orders.models import (
 )
 from orders.representations import (
     order_detail_representation,
+    order_detail_row,
     order_representation,
     order_row,
     order_rows,
@@ -517,7 +518,7 @@ class OrderDetail(generics.RetrieveAPIView):
     def retrieve(self, request, *args, **kwargs):
         # the hot path: one row and its events, the same fields as OrderDetailSerializer
         organization = caller_for_request(request).organization
-        row = order_rows(self.get_queryset()).filter(pk=kwargs["pk"]).first()
+        row = order_detail_row(organization_id=organization.pk, order_id=kwargs["pk"])
         if row is None:
             raise Http404  # as get_object would: the one 404 body
         body = order_detail_representation(row)

@@ -11,6 +11,7 @@ from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast
 
 from marketplace.audit import public_label
+from marketplace.compiled_sql import CompiledQuery
 from orders.models import AMOUNT, HOURS, Order, OrderEvent, Quote
 
 
@@ -147,10 +148,34 @@ def order_representation(row: dict, events: list[dict] | None = None) -> dict:
     return body
 
 
+# One order's events in their own order, and an organization's order by id: the order
+# detail's two statements, compiled once (marketplace/compiled_sql.py).
+_EVENTS_OF_ORDER = CompiledQuery(
+    lambda order_id: (
+        OrderEvent.objects.filter(order_id=order_id)
+        .order_by(*OrderEvent._meta.ordering)
+        .values(*EVENT_COLUMNS)
+    ),
+    order_id="uuid",
+)
+_ORDER_OF_ORGANIZATION = CompiledQuery(
+    lambda organization_id, order_id: order_rows(
+        Order.objects.filter(organization_id=organization_id, pk=order_id)
+    ).order_by()[:1],
+    organization_id="uuid",
+    order_id="uuid",
+)
+
+
+def order_detail_row(*, organization_id, order_id) -> dict | None:
+    """The row of one of the organization's orders (order_rows' columns), or None."""
+    rows = _ORDER_OF_ORGANIZATION.values(organization_id=organization_id, order_id=order_id)
+    return rows[0] if rows else None
+
+
 def order_detail_representation(row: dict) -> dict:
     """One order with its events (one more statement), in the events' own order."""
-    events = event_rows([row["id"]]).order_by(*OrderEvent._meta.ordering)
-    return order_representation(row, list(events))
+    return order_representation(row, _EVENTS_OF_ORDER.values(order_id=row["id"]))
 
 
 def _line(line: dict) -> dict:

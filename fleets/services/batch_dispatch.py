@@ -6,7 +6,9 @@ everywhere), read eligible sites, exclusions and site usage (selectors.batch_can
 the candidate fleets in id order and read the hours they owe, read open bids; assign in
 memory; write offers, job changes and events, webhook deliveries in one statement each;
 notifications go out after commit (enqueue_on_commit). A winning bid goes through the same
-assign_job as an accepted offer.
+assign_job as an accepted offer. Python's cyclic garbage collector is held off for the batch
+(marketplace/gc_pause.py): its full collections walk every job, offer and event the batch
+holds, a cost per job that grew with the batch.
 """
 
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ from fleets.models import Bid, Fleet, Job, Offer
 from fleets.services.assignments import assign_job, offer_payload
 from fleets.services.jobs import jobs_move
 from fleets.services.webhooks import webhook_enqueue_many
+from marketplace.gc_pause import gc_paused
 from orders.models import Order
 
 FLAG_REASON = "No eligible fleet: capability, unused site and capacity before the deadline."
@@ -45,7 +48,7 @@ def open_jobs_dispatch(*, limit: int | None = None, prefer: str = "score") -> di
     """Dispatch up to `limit` open jobs (earliest deadline first) in one batch, skipping
     jobs and orders another dispatcher holds (FOR UPDATE SKIP LOCKED)."""
     limit = limit or settings.FLEETS_DISPATCH_BATCH_SIZE
-    with transaction.atomic():
+    with gc_paused(), transaction.atomic():
         jobs = list(
             Job.objects.select_for_update(of=("self",), skip_locked=True)
             .select_related("embodiment")
@@ -63,7 +66,7 @@ def open_jobs_dispatch(*, limit: int | None = None, prefer: str = "score") -> di
 def jobs_dispatch(*, job_ids, prefer: str = "score") -> dict:
     """Dispatch the given jobs (those still open) in one batch; waits for their locks.
     Returns {str(job_id): DispatchResult} for the jobs it dispatched."""
-    with transaction.atomic():
+    with gc_paused(), transaction.atomic():
         order_ids = set(
             Job.objects.filter(pk__in=list(job_ids), status=Job.Status.OPEN).values_list(
                 "order_id", flat=True

@@ -244,3 +244,28 @@ def test_a_batch_that_fails_on_one_job_writes_nothing_at_all(customer):
     assert Offer.objects.count() == 1
     assert JobEvent.objects.count() == events_before
     assert not WebhookDelivery.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_batch_runs_with_the_cyclic_collector_held_off_and_restores_it(customer):
+    # given open jobs and the collector enabled
+    import gc
+
+    from fleets import matching
+
+    jobs = world(customer, orders=1)
+    seen = []
+    real_assign = matching.assign
+
+    def assign(**kwargs):
+        seen.append(gc.isenabled())
+        return real_assign(**kwargs)
+
+    gc.enable()
+    # when the batch dispatcher places them, by ids and as the open-jobs sweep
+    with mock.patch.object(matching, "assign", assign):
+        jobs_dispatch(job_ids=[job.pk for job in jobs[:2]])
+        open_jobs_dispatch()
+    # then the assignment ran with no cyclic collection, and the collector is back after
+    assert seen == [False, False]
+    assert gc.isenabled()
