@@ -109,17 +109,18 @@ def check_content(
         state = np.asarray(state, dtype=np.float64)
     action = np.asarray(action)  # only its sampled rows are read (and converted)
     names = _names(thresholds, state.shape[1])
-    # shared: limits, frozen, moving elements
-    extremes = _column_min(state).astype(np.float64), _column_max(state).astype(np.float64)
+    # one pass over the state gathers what the checks share (extremes, steps, window sums)
+    summary = _summarise(state, max(1, round(SMOOTH_SECONDS * fps)))
+    extremes = summary.lowest, summary.highest
     _check_limits(state, extremes, thresholds, names, report)
-    _check_jumps(state, fps, thresholds, names, report)
+    _check_jumps(summary, len(state), fps, thresholds, names, report)
     ptp = extremes[1] - extremes[0]
     _check_frozen(ptp, thresholds, names, report)
-    smooth = _Smoothed(state, max(1, round(SMOOTH_SECONDS * fps)))  # shared by the next three
+    smooth = summary.smooth  # shared by the next three
     mean = smooth.total / len(state)
     # E[x^2] - mean^2: exact enough for a normaliser (an element whose spread is lost to
     # rounding moves less than any threshold), without an n x D centred copy
-    spread = np.sqrt(np.maximum(_squares(state) / len(state) - mean * mean, 0.0))
+    spread = np.sqrt(np.maximum(summary.squares / len(state) - mean * mean, 0.0))
     idle = _measure_idle(smooth, fps, thresholds, report)
     correlation = _check_action_state(state, action, ptp, fps, thresholds, report)
     jerk = _jerk(smooth, fps)
@@ -170,18 +171,11 @@ def _check_limits(state, extremes, thresholds, names, report) -> None:
         )
 
 
-def _check_jumps(state, fps, thresholds, names, report) -> None:
-    if len(state) < 2:
+def _check_jumps(summary, frames, fps, thresholds, names, report) -> None:
+    if frames < 2:
         return
     bound = thresholds.max_speed / fps + thresholds.jump_tolerance
-    largest, frame, element = -1.0, 0, 0
-    for start in range(0, len(state) - 1, CHUNK_ROWS):  # temporaries that stay in cache
-        block = np.asarray(state[start : start + CHUNK_ROWS + 1], dtype=np.float64)
-        steps = np.abs(block[1:] - block[:-1])
-        at = int(np.argmax(steps))
-        if steps.flat[at] > largest:  # the first largest step, as one argmax would find
-            largest = float(steps.flat[at])
-            frame, element = start + at // state.shape[1], at % state.shape[1]
+    largest, frame, element = summary.largest_step
     report.measurements["max_step"] = round(largest, 6)
     if largest > bound:
         report.failures.append(
@@ -208,31 +202,63 @@ def _check_frozen(ptp, thresholds, names, report) -> None:
 
 
 class _Smoothed:
-    """The state's moving average over `window` frames, evaluated only where it is needed
-    (from one prefix sum): smooth.at(indices), indices 0..len(smooth) - 1. The prefix sums
-    are held element by frame (D x n + 1), so that numpy's loops run along the frames."""
+    """The state's moving average over `window` frames, evaluated only where it is needed:
+    smooth.at(indices), indices 0..len(smooth) - 1. Held as window sums element by frame
+    (D x frames, `sums`), so that numpy's loops run along the frames."""
 
-    def __init__(self, state: np.ndarray, window: int):
-        self.window = max(1, min(window, len(state) // 2))  # a short episode: shorter window
-        self.sums = np.empty((state.shape[1], len(state) + 1))
-        self.sums[:, 0] = 0
-        self.sums[:, 1:] = state.T
-        np.cumsum(self.sums, axis=1, out=self.sums)  # in place on one contiguous array
-        self.length = len(state) - self.window + 1
-        self.total = self.sums[:, -1]
+    def __init__(self, sums: np.ndarray, window: int, total: np.ndarray):
+        self.sums, self.window, self.total = sums, window, total
+        self.length = sums.shape[1]
 
     def at(self, indices) -> np.ndarray:
         """The smoothed state at `indices`, frames x D."""
-        return ((self.sums[:, indices + self.window] - self.sums[:, indices]) / self.window).T
+        return (self.sums[:, indices] / self.window).T
 
-    def between(self, later: slice, earlier: slice) -> np.ndarray:
-        """smooth[later] - smooth[earlier] for two slices of one length, D x frames."""
-        w = self.window
-        shifted = lambda part: slice(part.start + w, part.stop + w, part.step)  # noqa: E731
-        sums = self.sums
-        return (
-            sums[:, shifted(later)] - sums[:, later] - sums[:, shifted(earlier)] + sums[:, earlier]
-        ) / w
+
+@dataclass
+class _Summary:
+    lowest: np.ndarray
+    highest: np.ndarray
+    squares: np.ndarray  # per element sum of squares
+    largest_step: tuple  # (|step|, frame, element): the first largest, in frame order
+    smooth: _Smoothed
+
+
+def _summarise(state: np.ndarray, window: int) -> _Summary:
+    """One pass over the state in row chunks, each converted to float64 element by frame
+    (D x rows) once and reduced while it is in cache: extremes, sums, sums of squares, the
+    largest step between two frames and the moving window sums. Each window is summed
+    directly (w - 1 vector adds) rather than as a difference of prefix sums: as exact, and a
+    cumulative sum is a serial loop numpy does not vectorise (3x slower at D = 8)."""
+    n, dim = state.shape
+    w = max(1, min(window, n // 2))  # a short episode: a shorter window
+    halo = max(w - 1, 1)  # frames past the chunk a window or the last step reads
+    sums = np.empty((dim, n - w + 1))
+    lowest, highest = np.full(dim, np.inf), np.full(dim, -np.inf)
+    total, squares = np.zeros(dim), np.zeros(dim)
+    largest = (-1.0, 0, 0)
+    for start in range(0, n, CHUNK_ROWS):
+        stop = min(n, start + CHUNK_ROWS)
+        block = np.ascontiguousarray(state[start : min(n, stop + halo)].T, dtype=np.float64)
+        own = block[:, : stop - start]
+        np.minimum(lowest, own.min(axis=1), out=lowest)
+        np.maximum(highest, own.max(axis=1), out=highest)
+        total += own.sum(axis=1)
+        squares += np.einsum("ij,ij->i", own, own)
+        pairs = min(stop, n - 1) - start  # steps (t, t + 1) from this chunk's frames
+        if pairs > 0:
+            steps = np.abs(block[:, 1 : pairs + 1] - block[:, :pairs])
+            fastest = steps.max(axis=0)  # per frame
+            at = int(np.argmax(fastest))
+            if fastest[at] > largest[0]:  # the first largest, as one argmax would find
+                largest = (float(fastest[at]), start + at, int(np.argmax(steps[:, at])))
+        windows = min(stop, n - w + 1) - start  # window sums starting in this chunk
+        if windows > 0:
+            part = sums[:, start : start + windows]
+            part[...] = block[:, :windows]
+            for offset in range(1, w):
+                part += block[:, offset : offset + windows]
+    return _Summary(lowest, highest, squares, largest, _Smoothed(sums, w, total))
 
 
 def _measure_idle(smooth: _Smoothed, fps, thresholds, report) -> float:
@@ -242,12 +268,13 @@ def _measure_idle(smooth: _Smoothed, fps, thresholds, report) -> float:
     stride = max(1, round(IDLE_STEP_SECONDS * fps))
     stop = max(1, smooth.length - span)
     if smooth.length < 2:  # one frame: no motion to measure
-        speed = np.zeros(1)
+        idle = np.zeros(1) < thresholds.idle_speed
     else:
-        moved = smooth.between(slice(span, stop + span, stride), slice(0, stop, stride))
-        speed = np.abs(moved, out=moved).max(axis=0)
-        speed *= fps / span
-    idle = speed < thresholds.idle_speed
+        sums = smooth.sums
+        moved = sums[:, span : stop + span : stride] - sums[:, 0:stop:stride]
+        fastest = np.abs(moved, out=moved).max(axis=0)  # window sums moved, per frame
+        # speed = fastest / window * fps / span; the threshold is scaled instead
+        idle = fastest < thresholds.idle_speed * smooth.window * span / fps
     fraction = float(idle.mean())
     head = (np.argmin(idle) if not idle.all() else idle.size) * stride / fps
     tail = (np.argmin(idle[::-1]) if not idle.all() else idle.size) * stride / fps
@@ -323,15 +350,20 @@ class _LaggedCorrelation:
         # Not centred: the covariance below already subtracts the means, and with the action
         # centred the rounding left is ~1e-10 of the variance of any element moving enough
         # to be checked (a centring pass over strided rows would cost more than the rest).
-        self.grids = [
-            np.ascontiguousarray(state[offset::stride, columns].T, dtype=np.float64)
-            for offset in range(stride)
-        ]
-        self.grid_totals = [(grid.sum(axis=1), _row_squares(grid)) for grid in self.grids]
+        self.state, self.columns = state, columns
+        self.grids = {}  # offset -> (grid, its row sums, its row sums of squares), as used
+
+    def _grid(self, offset: int):
+        if offset not in self.grids:
+            grid = np.ascontiguousarray(
+                self.state[offset :: self.stride, self.columns].T, dtype=np.float64
+            )
+            self.grids[offset] = grid, grid.sum(axis=1), _row_squares(grid)
+        return self.grids[offset]
 
     def median(self, lag: int) -> float:
         offset, skip = lag % self.stride, lag // self.stride
-        grid, (s_total, s2_total) = self.grids[offset], self.grid_totals[offset]
+        grid, s_total, s2_total = self._grid(offset)
         s = grid[:, skip:]
         m = s.shape[1]  # pairs (t, t + lag) for t = 0, r, 2r, ... while t + lag < n
         a, a_left = self.a[:, :m], self.a[:, m:]
@@ -344,7 +376,16 @@ class _LaggedCorrelation:
         variance = (sum_a2 - sum_a * sum_a / m) * (sum_s2 - sum_s * sum_s / m)
         with np.errstate(invalid="ignore", divide="ignore"):
             correlation = np.where(variance > 0, covariance / np.sqrt(np.maximum(variance, 0)), 0.0)
-        return float(np.median(correlation))
+        return _median(correlation)
+
+
+def _median(values: np.ndarray) -> float:
+    """np.median of a few values (one per element), without its general machinery."""
+    ordered = np.sort(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return float(ordered[middle])
+    return float((ordered[middle - 1] + ordered[middle]) / 2)
 
 
 def _row_squares(x: np.ndarray) -> np.ndarray:
@@ -352,50 +393,16 @@ def _row_squares(x: np.ndarray) -> np.ndarray:
     return np.einsum("ji,ji->j", x, x)
 
 
-def _squares(x: np.ndarray) -> np.ndarray:
-    """Per column sum of squares, without an n x D temporary."""
-    return _by_column(
-        x, lambda rows: np.einsum("ij,ij->j", rows, rows, dtype=np.float64), np.add.reduce
-    )
-
-
-# A reduction down the columns of a tall, narrow array runs its inner loop over one short row
-# at a time; over a (n / BLOCK, BLOCK * D) view of the same memory the inner loop is long, and
-# the BLOCK partial results per column are reduced after: 5-15x faster at D = 8.
-BLOCK_ROWS = 64
-
-
-def _by_column(x: np.ndarray, reduce, combine) -> np.ndarray:
-    """reduce(rows) -> one value per column, computed over row blocks; combine(parts, axis=0)
-    folds the blocks' values (min, max, add)."""
-    n, d = x.shape
-    cut = n - n % BLOCK_ROWS
-    if cut == 0 or not x.flags.c_contiguous:
-        return reduce(x)
-    parts = reduce(x[:cut].reshape(cut // BLOCK_ROWS, BLOCK_ROWS * d)).reshape(BLOCK_ROWS, d)
-    if cut < n:
-        parts = np.vstack([parts, reduce(x[cut:])])
-    return combine(parts, axis=0)
-
-
-def _column_min(x: np.ndarray) -> np.ndarray:
-    return _by_column(x, lambda rows: rows.min(axis=0), np.minimum.reduce)
-
-
-def _column_max(x: np.ndarray) -> np.ndarray:
-    return _by_column(x, lambda rows: rows.max(axis=0), np.maximum.reduce)
-
-
 def _jerk(smooth: _Smoothed, fps) -> float:
     """RMS third derivative of the smoothed state, sampled every JERK_STEP_SECONDS."""
     step = max(1, round(JERK_STEP_SECONDS * fps))
-    w = smooth.window
-    sums = smooth.sums
-    sampled = (sums[:, w : smooth.length + w : step] - sums[:, 0 : smooth.length : step]) / w
-    if sampled.shape[1] < 4:
+    x = smooth.sums[:, ::step]  # a view: window sums, the smoothed state times the window
+    if x.shape[1] < 4:
         return 0.0
-    third = np.diff(sampled, n=3, axis=1) / (step / fps) ** 3
-    return float(np.sqrt(np.mean(third * third)))
+    third = x[:, 3:] - x[:, :-3]  # x3 - 3 x2 + 3 x1 - x0
+    third -= 3 * (x[:, 2:-1] - x[:, 1:-2])
+    mean_square = np.einsum("ij,ij->", third, third) / third.size
+    return float(np.sqrt(mean_square) / smooth.window / (step / fps) ** 3)
 
 
 def fingerprints(state: np.ndarray, fps: int, smooth=None, spread=None) -> tuple[str, str]:
@@ -403,7 +410,7 @@ def fingerprints(state: np.ndarray, fps: int, smooth=None, spread=None) -> tuple
     if smooth is None or spread is None:
         state = np.asarray(state, dtype=np.float64)
     if smooth is None:
-        smooth = _Smoothed(state, max(1, round(SMOOTH_SECONDS * fps)))
+        smooth = _summarise(state, max(1, round(SMOOTH_SECONDS * fps))).smooth
     if spread is None:
         spread = state.std(axis=0)
     points = np.linspace(0, smooth.length - 1, FINGERPRINT_POINTS).round().astype(int)
