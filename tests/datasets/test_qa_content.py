@@ -156,6 +156,37 @@ def test_fingerprints_match_a_resubmitted_trajectory_and_differ_between_demonstr
     assert len({grid for pair in long_ones for grid in pair}) == 8
 
 
+# Recorded from the prefix-sum implementation these checks replaced (2026-12-01): stored
+# fingerprints of accepted episodes are compared with new ones, so a faster implementation
+# must give the same fingerprints and the same measurements.
+RECORDED = {
+    300: (
+        {"max_step": 0.021714, "jerk": 0.9149, "action_lag_frames": 1, "idle_fraction": 0.0},
+        0.9721,
+        ("ef757f9be2dd274750154dc742e90eb3", "6ea2f2569dbaa6ed28d58fd5afe80284"),
+    ),
+    6001: (  # long enough that the action-state correlation samples every 2nd frame
+        {"max_step": 0.0185, "jerk": 0.933, "action_lag_frames": 1, "idle_fraction": 0.0},
+        0.9715,
+        ("8552214612e28aefef9d9d1b57b8817e", "ff6579edd3fe2b85049acb698fc243db"),
+    ),
+}
+
+
+@pytest.mark.parametrize("frames", sorted(RECORDED))
+def test_measurements_and_fingerprints_stay_what_they_were_recorded_as(frames):
+    columns = episode_table(frames=frames, seed=frames + DIM)
+    report = check_content(
+        columns["observation.state"], columns["action"], fps=FPS, thresholds=ContentThresholds()
+    )
+    measured, score, recorded_fingerprints = RECORDED[frames]
+    assert report.failures == []
+    assert {name: report.measurements[name] for name in measured} == measured
+    assert report.measurements["action_state_correlation"] == 1.0
+    assert report.quality_score == score
+    assert report.fingerprints == recorded_fingerprints
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("defect", CONTENT_DEFECTS)
 def test_the_reference_agent_injects_each_content_defect(defect):
