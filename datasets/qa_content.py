@@ -227,9 +227,9 @@ class _Summary:
 def _summarise(state: np.ndarray, window: int) -> _Summary:
     """One pass over the state in row chunks, each converted to float64 element by frame
     (D x rows) once and reduced while it is in cache: extremes, sums, sums of squares, the
-    largest step between two frames and the moving window sums. Each window is summed
-    directly (w - 1 vector adds) rather than as a difference of prefix sums: as exact, and a
-    cumulative sum is a serial loop numpy does not vectorise (3x slower at D = 8)."""
+    largest step between two frames and the moving window sums. Windows are summed directly
+    (_window_sums) rather than as differences of prefix sums: as exact, and a cumulative sum
+    is a serial loop numpy does not vectorise (3x slower at D = 8)."""
     n, dim = state.shape
     w = max(1, min(window, n // 2))  # a short episode: a shorter window
     halo = max(w - 1, 1)  # frames past the chunk a window or the last step reads
@@ -254,11 +254,28 @@ def _summarise(state: np.ndarray, window: int) -> _Summary:
                 largest = (float(fastest[at]), start + at, int(np.argmax(steps[:, at])))
         windows = min(stop, n - w + 1) - start  # window sums starting in this chunk
         if windows > 0:
-            part = sums[:, start : start + windows]
-            part[...] = block[:, :windows]
-            for offset in range(1, w):
-                part += block[:, offset : offset + windows]
+            _window_sums(block, w, sums[:, start : start + windows])
     return _Summary(lowest, highest, squares, largest, _Smoothed(sums, w, total))
+
+
+def _window_sums(block: np.ndarray, w: int, out: np.ndarray) -> None:
+    """out[:, i] = block[:, i : i + w].sum(axis=1) for every column of out, by doubling:
+    sums of 2, 4, 8, ... frames, then those of w's binary digits added (3 vector adds for
+    w = 6 instead of 5)."""
+    windows = out.shape[1]
+    covered, spans, span = 0, block, 1  # spans[:, i]: the sum of frames i .. i + span - 1
+    while True:
+        if w & span:
+            digit = spans[:, covered : covered + windows]
+            if covered:
+                out += digit
+            else:
+                out[...] = digit
+            covered += span
+        if span * 2 > w:
+            return
+        spans = spans[:, :-span] + spans[:, span:]
+        span *= 2
 
 
 def _measure_idle(smooth: _Smoothed, fps, thresholds, report) -> float:

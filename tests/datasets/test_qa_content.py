@@ -11,7 +11,7 @@ import pytest
 from datasets.episode_format import episode_table, parquet_bytes, sha256
 from datasets.models import Episode
 from datasets.qa_checks import EpisodeExpectation, Reason, check_episode_file
-from datasets.qa_content import ContentThresholds, check_content, fingerprints
+from datasets.qa_content import ContentThresholds, _window_sums, check_content, fingerprints
 from datasets.services.qa import content_thresholds
 from fleet_agent.episodes import CONTENT_DEFECTS, make_episode, resubmitted
 from orders.models import Embodiment
@@ -171,6 +171,15 @@ RECORDED = {
         ("8552214612e28aefef9d9d1b57b8817e", "ff6579edd3fe2b85049acb698fc243db"),
     ),
 }
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 6, 7, 8, 20, 41])
+def test_window_sums_by_doubling_equal_plain_sums(window):
+    block = np.random.default_rng(window).normal(size=(3, window + 50))
+    out = np.full((3, 51), np.nan)
+    _window_sums(block, window, out)
+    plain = [[block[d, i : i + window].sum() for i in range(51)] for d in range(3)]
+    np.testing.assert_allclose(out, plain, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("frames", sorted(RECORDED))
