@@ -31,6 +31,7 @@ dispatcher's selectors.
 """
 
 import argparse
+import cProfile
 import os
 import random
 import statistics
@@ -373,9 +374,16 @@ def run_instance(title, *, jobs, fleets, weekly, seed, args, bound: str) -> tupl
     # the last rolled back, and the median time is the figure (every run places the same).
     runs = []
     for attempt in range(args.repeat):
+        last = attempt == args.repeat - 1
+        profile = cProfile.Profile() if args.profile and last else None
         with transaction.atomic():
+            if profile:
+                profile.enable()
             runs.append(dispatch_all(orders, batch=args.batch, prefer=args.prefer))
-            if attempt < args.repeat - 1:
+            if profile:
+                profile.disable()
+                profile.dump_stats(f"{args.profile}-{jobs}.prof")
+            if not last:
                 transaction.set_rollback(True)
     stats = {
         **runs[-1],
@@ -410,6 +418,11 @@ def main() -> None:
     parser.add_argument("--prefer", choices=["score", "headroom"], default="score")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3, help="dispatch runs per instance")
+    parser.add_argument(
+        "--profile",
+        metavar="PREFIX",
+        help="cProfile the last run of each instance into PREFIX-<jobs>.prof (slows it)",
+    )
     args = parser.parse_args()
     if connection.vendor != "postgresql":
         sys.exit("Run against PostgreSQL: set DATABASE_URL=postgres://...")

@@ -21,6 +21,7 @@ chosen here:
 Nothing eligible: the job is flagged, as before.
 """
 
+import uuid
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -104,7 +105,7 @@ class _State:
         computed once per list (jobs alike share theirs); inactive fleets' sites left out."""
         cached = self._arrays.get(id(sites))
         if cached is None or cached[0] is not sites:
-            kept = sorted(((s, f) for s, f in sites if f in self.index), key=_site_order)
+            kept = sorted(((s, f) for s, f in sites if f in self.index), key=site_order)
             fleet_index = np.array([self.index[f] for _, f in kept], dtype=np.int64)
             positions = {s: i for i, (s, _) in enumerate(kept)}
             cached = (sites, kept, fleet_index, positions)
@@ -112,8 +113,15 @@ class _State:
         return cached[1:]
 
 
-def _site_order(pair: tuple) -> str:
-    return str(pair[0])
+def id_order(value):
+    """Sort key of an id as its text sorts. A UUID's 128-bit integer sorts exactly as its
+    fixed-width hex text and costs nothing to get, where str() formats it anew each time."""
+    return value.int if isinstance(value, uuid.UUID) else str(value)
+
+
+def site_order(pair: tuple):
+    """Sort key of a (site_id, fleet_id) pair: by site id (the lowest wins a tie)."""
+    return id_order(pair[0])
 
 
 def _constrainedness_key(jobs: list[JobDemand]):
@@ -124,7 +132,7 @@ def _constrainedness_key(jobs: list[JobDemand]):
         fleets = fleet_counts.get(id(job.sites))
         if fleets is None:
             fleets = fleet_counts[id(job.sites)] = len({f for _, f in job.sites})
-        return (0 if job.bids else 1, fleets, -job.hours, job.rank, str(job.job_id))
+        return (0 if job.bids else 1, fleets, -job.hours, job.rank, id_order(job.job_id))
 
     return key
 

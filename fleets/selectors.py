@@ -34,7 +34,13 @@ from decimal import Decimal
 from django.db import connection
 from django.db.models import Count, DecimalField, ExpressionWrapper, F, Q, QuerySet, Sum
 
-from fleets.matching import SAME_ENVIRONMENT_BONUS, W_CHEAPNESS, W_HEADROOM, W_QUALITY
+from fleets.matching import (
+    SAME_ENVIRONMENT_BONUS,
+    W_CHEAPNESS,
+    W_HEADROOM,
+    W_QUALITY,
+    site_order,
+)
 from fleets.models import (
     JOB_HOLDING_STATES,
     Assignment,
@@ -381,12 +387,13 @@ def _capable_sites(jobs: list[Job]) -> dict:
         if key in signatures:
             continue
         _, _, required, kinds = key
+        required = set(required)
         found = {
             site_id: fleet_id
             for site_id, fleet_id, sensors, kind in by_capability.get(key[:2], [])
-            if (not kinds or kind in kinds) and set(required) <= sensors
+            if (not kinds or kind in kinds) and required <= sensors
         }
-        signatures[key] = tuple(sorted(found.items(), key=lambda pair: str(pair[0])))
+        signatures[key] = tuple(sorted(found.items(), key=site_order))
     return signatures
 
 
