@@ -10,11 +10,13 @@ the ORM applies (`from_db_value` of each selected column). The queryset stays th
 the query (on every database Django supports): only its compilation is reused.
 
 Values are passed as the ORM would pass them once prepared for the database: UUIDs as UUID
-objects (or their hex on a database without a UUID type), strings as strings. A query whose
-shape depends on the values (an `__in` list's length, a filter added when a value is set)
-is not for this: the compile checks that every value appears among the parameters.
+objects (or their hex on a database without a UUID type), strings as strings, datetimes aware
+(as a DateTimeField's `get_prep_value` gives them; spelled as naive UTC text on SQLite).
+A query whose shape depends on the values (an `__in` list's length, a filter added when a
+value is set) is not for this: the compile checks that every value appears among the parameters.
 """
 
+import datetime
 import secrets
 import threading
 import uuid
@@ -23,7 +25,15 @@ from collections.abc import Callable
 from django.db import connections
 from django.db.models import QuerySet
 
-_SENTINEL_KINDS = {"uuid": lambda: uuid.uuid4(), "str": lambda: f"~{secrets.token_hex(16)}~"}
+_SENTINEL_KINDS = {
+    "uuid": lambda: uuid.uuid4(),
+    "str": lambda: f"~{secrets.token_hex(16)}~",
+    # a moment no row holds: year 1901, a random microsecond of the year
+    "datetime": lambda: (
+        datetime.datetime(1901, 1, 1, tzinfo=datetime.UTC)
+        + datetime.timedelta(microseconds=secrets.randbelow(365 * 86400 * 10**6))
+    ),
+}
 
 
 class CompiledQuery:
@@ -99,6 +109,10 @@ def _spelling(param, sentinel):
         if param == str(sentinel):
             return _uuid_text
         return None
+    if isinstance(sentinel, datetime.datetime):
+        if param == sentinel and isinstance(param, datetime.datetime):
+            return _same
+        return _naive_utc_text if param == _naive_utc_text(sentinel) else None
     return _same if param == sentinel else None
 
 
@@ -116,3 +130,8 @@ def _uuid_hex(value):
 
 def _uuid_text(value):
     return str(uuid.UUID(str(value)))
+
+
+def _naive_utc_text(value):
+    # SQLite's spelling of an aware datetime (DatabaseOperations.adapt_datetimefield_value)
+    return str(value.astimezone(datetime.UTC).replace(tzinfo=None))

@@ -37,6 +37,7 @@ from orders.models import (
     TaskType,
 )
 from orders.representations import (
+    ORDER_PAGES,
     order_detail_representation,
     order_detail_row,
     order_representation,
@@ -422,6 +423,7 @@ def _refuse_with_quote(data: dict) -> None:
         )
 
 
+PAGE_PARAMETERS = {"cursor", "page_size"}  # the order list's query parameters that filter nothing
 NOT_MODIFIED = OpenApiResponse(
     description="Not modified: the `ETag` sent in `If-None-Match` is still the body's (no body)."
 )
@@ -466,10 +468,15 @@ class OrderListCreate(generics.ListAPIView):
         return order_list(organization=caller_for_request(self.request).organization)
 
     def list(self, request, *args, **kwargs):
-        # the hot path: rows, not model objects, and the same fields as OrderSerializer
-        page = self.paginate_queryset(order_rows(self.filter_queryset(self.get_queryset())))
-        body = self.get_paginated_response([order_representation(row) for row in page]).data
+        # the hot path: rows, not model objects, and the same fields as OrderSerializer;
+        # without filters, each page's statement compiled once (the same rows, tested)
         organization = caller_for_request(request).organization
+        if request.query_params.keys() <= PAGE_PARAMETERS:
+            rows = ORDER_PAGES.bind(organization_id=organization.pk)
+        else:
+            rows = order_rows(self.filter_queryset(self.get_queryset()))
+        page = self.paginate_queryset(rows)
+        body = self.get_paginated_response([order_representation(row) for row in page]).data
         return conditional_response(request, body, organization_id=organization.pk)
 
     def post(self, request):
