@@ -10,11 +10,13 @@ the ORM applies (`from_db_value` of each selected column). The queryset stays th
 the query (on every database Django supports): only its compilation is reused.
 
 Values are passed as the ORM would pass them once prepared for the database: UUIDs as UUID
-objects (or their hex on a database without a UUID type), strings as strings. A query whose
-shape depends on the values (an `__in` list's length, a filter added when a value is set)
-is not for this: the compile checks that every value appears among the parameters.
+objects (or their hex on a database without a UUID type), strings as strings, datetimes aware
+(as a DateTimeField's `get_prep_value` gives them; spelled as naive UTC text on SQLite).
+A query whose shape depends on the values (an `__in` list's length, a filter added when a
+value is set) is not for this: the compile checks that every value appears among the parameters.
 """
 
+import datetime
 import secrets
 import threading
 import uuid
@@ -23,7 +25,15 @@ from collections.abc import Callable
 from django.db import connections
 from django.db.models import QuerySet
 
-_SENTINEL_KINDS = {"uuid": lambda: uuid.uuid4(), "str": lambda: f"~{secrets.token_hex(16)}~"}
+_SENTINEL_KINDS = {
+    "uuid": lambda: uuid.uuid4(),
+    "str": lambda: f"~{secrets.token_hex(16)}~",
+    # a moment no row holds: year 1901, a random microsecond of the year
+    "datetime": lambda: (
+        datetime.datetime(1901, 1, 1, tzinfo=datetime.UTC)
+        + datetime.timedelta(microseconds=secrets.randbelow(365 * 86400 * 10**6))
+    ),
+}
 
 
 class CompiledQuery:
@@ -99,6 +109,10 @@ def _spelling(param, sentinel):
         if param == str(sentinel):
             return _uuid_text
         return None
+    if isinstance(sentinel, datetime.datetime):
+        if param == sentinel and isinstance(param, datetime.datetime):
+            return _same
+        return _naive_utc_text if param == _naive_utc_text(sentinel) else None
     return _same if param == sentinel else None
 
 
@@ -116,3 +130,72 @@ def _uuid_hex(value):
 
 def _uuid_text(value):
     return str(uuid.UUID(str(value)))
+
+
+def _naive_utc_text(value):
+    # SQLite's spelling of an aware datetime (DatabaseOperations.adapt_datetimefield_value)
+    return str(value.astimezone(datetime.UTC).replace(tzinfo=None))
+
+
+class CompiledInsert:
+    """`save(force_insert=True)` of a new instance of `model`, its INSERT compiled once per
+    process and database (the same statement the ORM compiles: every local concrete field,
+    the primary key set in Python). Each call prepares the instance's values as the ORM's
+    insert compiler does (`pre_save(add=True)`, then `get_db_prep_save`), sends pre_save and
+    post_save as `save` does, runs the statement through Django's cursor, and marks the
+    instance saved. An instance with an expression among its values (an F(), a database
+    default) is saved by `save()` itself. For a hot insert (a quote) whose save() costs more
+    in compiling the statement than in running it."""
+
+    def __init__(self, model):
+        meta = model._meta
+        if meta.parents or meta.db_returning_fields or meta.pk not in meta.local_concrete_fields:
+            raise ValueError(f"{model.__name__}: only a model with its own primary key in Python.")
+        if any(field.generated for field in meta.local_concrete_fields):
+            raise ValueError(f"{model.__name__}: generated fields are not for this.")
+        self.model = model
+        self.fields = list(meta.local_concrete_fields)
+        self._sql: dict[str, str] = {}
+
+    def _compile(self, alias: str) -> str:
+        from django.db.models.sql import InsertQuery
+
+        # compiled for a blank instance (the compiler calls pre_save on it): plain values
+        # all take the same placeholders, whatever they are
+        query = InsertQuery(self.model)
+        query.insert_values(self.fields, [self.model()], raw=False)
+        ((sql, _),) = query.get_compiler(using=alias).as_sql()
+        return sql
+
+    def save(self, instance, using: str = "default") -> None:
+        from django.db.models.signals import post_save, pre_save
+
+        if instance.pk is None:
+            raise ValueError("The primary key is set before the insert.")
+        if any(hasattr(getattr(instance, f.attname), "resolve_expression") for f in self.fields):
+            instance.save(force_insert=True, using=using)  # compiled by the ORM for it
+            return
+        connection = connections[using]
+        instance._prepare_related_fields_for_save(operation_name="save")
+        pre_save.send(
+            sender=self.model, instance=instance, raw=False, using=using, update_fields=None
+        )
+        params = [
+            field.get_db_prep_save(field.pre_save(instance, True), connection=connection)
+            for field in self.fields
+        ]
+        sql = self._sql.get(using)
+        if sql is None:
+            sql = self._sql.setdefault(using, self._compile(using))
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+        instance._state.adding = False
+        instance._state.db = using
+        post_save.send(
+            sender=self.model,
+            instance=instance,
+            created=True,
+            update_fields=None,
+            raw=False,
+            using=using,
+        )

@@ -78,3 +78,44 @@ def test_something_to_read_on_an_idle_connection_leaves_the_decision_to_select_1
     ) as select_1:
         assert kept.is_usable() is True
     assert select_1.called
+
+
+TIMESTAMPS = [
+    "2026-12-02 01:30:00.123456+00",
+    "2026-12-02 01:30:00+00",
+    "1999-12-31 23:59:59.999999+00",
+    "2026-06-30 12:00:00.5+05:30",
+    "0001-01-01 00:00:00+00",
+    "9999-12-30 23:59:59.999999+00",
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("session_zone", ["UTC", "Europe/Berlin"])
+def test_timestamptz_values_load_exactly_as_djangos_loader_loads_them(session_zone):
+    from django.db.backends.postgresql.psycopg_any import register_tzloader
+
+    from marketplace.postgresql.base import HAS_C_TIMESTAMPTZ, _TzLoader
+
+    select = "SELECT " + ", ".join(f"'{text}'::timestamptz" for text in TIMESTAMPS)
+    connection.ensure_connection()
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET TIME ZONE '{session_zone}'")
+        try:
+            cursor.execute(select)
+            ours = cursor.fetchone()
+            # Django's own (pure-Python) loader on a cursor of the same connection
+            raw = connection.connection.cursor()
+            register_tzloader(connection.timezone, raw)
+            djangos = raw.execute(select).fetchone()
+        finally:
+            cursor.execute("SET TIME ZONE 'UTC'")
+    assert ours == djangos
+    assert [value.tzinfo for value in ours] == [value.tzinfo for value in djangos]
+    assert {value.tzinfo for value in ours} == {connection.timezone}
+    loader = connection.connection.adapters.get_loader(
+        django_postgresql.TIMESTAMPTZ_OID, django_postgresql.Format.TEXT
+    )
+    # the C parser where psycopg has it (psycopg[binary] here), with Django's timezone
+    assert loader.timezone == connection.timezone
+    assert issubclass(loader, _TzLoader) == HAS_C_TIMESTAMPTZ
