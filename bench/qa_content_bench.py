@@ -12,6 +12,9 @@ settings' thresholds), alternating which goes first. Prints per length the media
 of each and their ratio, and the ratio over all episodes (sum of medians); all of it twice:
 on the local S3 server as it runs by default (it keeps no checksum, so QA streams the object
 to verify its SHA-256) and in its checksum-keeping mode (as AWS S3: QA streams nothing).
+The same for this process's CPU time (the steadier figure on a busy machine; it leaves out
+the waits on the store). Exits 0 when every episode's wall-time ratio, on both stores, is
+at most 1.3.
 """
 
 import argparse
@@ -107,7 +110,8 @@ def main() -> int:
 
 
 def _one_store(args, content, storage, launcher) -> float:
-    """Format-only against format + content QA on the configured store; the lower ratio."""
+    """Format-only against format + content QA on the configured store; the worst episode's
+    wall-time ratio (the issue's goal: at most 1.3x QA time per episode)."""
     import dataclasses
 
     import numpy as np
@@ -117,6 +121,7 @@ def _one_store(args, content, storage, launcher) -> float:
 
     totals = {"format": 0.0, "content": 0.0}
     cpu_totals = {"format": 0.0, "content": 0.0}
+    per_episode, per_episode_cpu = [], []
     print(
         f"{'frames':>8}{'file MB':>9}{'format s':>10}{'+content s':>12}{'ratio':>8}"
         f"{'format cpu':>12}{'+content cpu':>14}{'ratio':>8}"
@@ -146,6 +151,8 @@ def _one_store(args, content, storage, launcher) -> float:
         for label in wall:
             totals[label] += wall[label]
             cpu_totals[label] += cpu[label]
+        per_episode.append(wall["content"] / wall["format"])
+        per_episode_cpu.append(cpu["content"] / cpu["format"])
         print(
             f"{frames:>8}{len(data) / 1e6:>9.1f}{wall['format']:>10.3f}"
             f"{wall['content']:>12.3f}{wall['content'] / wall['format']:>8.2f}"
@@ -156,9 +163,14 @@ def _one_store(args, content, storage, launcher) -> float:
     cpu_ratio = cpu_totals["content"] / cpu_totals["format"]
     print(
         f"all episodes: format + content QA takes {ratio:.2f}x format-only QA in wall time,"
-        f" {cpu_ratio:.2f}x in CPU time (goal <= 1.3x)"
+        f" {cpu_ratio:.2f}x in CPU time"
     )
-    return min(ratio, cpu_ratio)
+    worst, worst_cpu = max(per_episode), max(per_episode_cpu)
+    print(
+        f"per episode, at worst: {worst:.2f}x in wall time (the QA time; goal <= 1.3x:"
+        f" {'met' if worst <= 1.3 else 'NOT met'}), {worst_cpu:.2f}x in this process's CPU time"
+    )
+    return worst
 
 
 if __name__ == "__main__":
