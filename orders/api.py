@@ -193,17 +193,7 @@ class DatasetRequestSerializer(serializers.Serializer):
         return attrs
 
     def to_request(self) -> services.DatasetRequest:
-        data = self.validated_data
-        return services.DatasetRequest(
-            task_type=data["task_type"],
-            complexity=data.get("complexity"),
-            embodiment=data["embodiment"],
-            hours=data["hours"],
-            environments=data["environments"],
-            objects_per_environment=data["objects_per_environment"],
-            sensors=tuple(data["sensors"]),
-            rush=data["rush"],
-        )
+        return services.DatasetRequest.of(self.validated_data)
 
 
 def _dataset_request(data) -> services.DatasetRequest:

@@ -66,13 +66,4 @@ def plain_dataset_request(data) -> services.DatasetRequest | None:
         and type(rush) is bool
     ):
         return None
-    return services.DatasetRequest(
-        task_type=task_type,
-        complexity=complexity,
-        embodiment=embodiment,
-        hours=hours,
-        environments=environments,
-        objects_per_environment=objects,
-        sensors=tuple(sensors),
-        rush=rush,
-    )
+    return services.DatasetRequest.of(dict(data, hours=hours))

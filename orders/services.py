@@ -51,6 +51,20 @@ class DatasetRequest:
     sensors: tuple[str, ...] = ()
     rush: bool = False
 
+    @classmethod
+    def of(cls, values) -> "DatasetRequest":
+        """From validated request fields (a mapping; absent optional ones take the defaults)."""
+        return cls(
+            task_type=values["task_type"],
+            embodiment=values["embodiment"],
+            hours=values["hours"],
+            environments=values.get("environments", 1),
+            complexity=values.get("complexity"),
+            objects_per_environment=values.get("objects_per_environment", 1),
+            sensors=tuple(values.get("sensors", ())),
+            rush=values.get("rush", False),
+        )
+
 
 @dataclass(frozen=True)
 class OrderDetails:

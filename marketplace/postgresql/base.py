@@ -16,7 +16,8 @@ And `timestamptz` values are parsed by psycopg's C loader (psycopg[binary] or [c
 is installed: Django's loader is psycopg's pure-Python one (it subclasses it to set the
 timezone), a fifth of a 50-order page's time. The result is Django's exactly: the C loader
 parses as psycopg's Python loader does (the session's TimeZone), and the value's tzinfo is
-then replaced by Django's timezone as Django's loader does (`tests/marketplace/test_pg_backend.py`).
+then replaced by Django's timezone as Django's loader does
+(tests/marketplace/test_postgresql_backend.py).
 """
 
 import functools
