@@ -120,10 +120,13 @@ def worker_database_url(application_name: str) -> str:
 
 
 def terminate_backends(application_name: str) -> int:
-    """pg_terminate_backend on the test database's connections of that name only."""
+    """pg_terminate_backend on the test database's connections of that name only, waiting
+    (up to 5 s each) until each backend has exited: its FATAL then stands on the client's
+    socket, as it does for a connection dropped while idle between requests (without the
+    wait, a request in the same millisecond races the termination, a failure mid-request)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity"
             " WHERE datname = current_database() AND application_name = %s"
             " AND pid <> pg_backend_pid()",
             [application_name],
