@@ -103,32 +103,27 @@ def check_content(
     """All content checks on finite (frames, D) arrays; failures are (code, message)."""
     report = ContentReport()
     # float32 (as uploaded) is read as it is: every pass converts what it reads to float64
-    # (a chunk, a sampled row, the prefix sums), so no full float64 copy is made
+    # (a chunk, a sampled row), so no full float64 copy is made
     state = np.asarray(state)
     if state.dtype != np.float32:
         state = np.asarray(state, dtype=np.float64)
     action = np.asarray(action)  # only its sampled rows are read (and converted)
     names = _names(thresholds, state.shape[1])
-    # one pass over the state gathers what the checks share (extremes, steps, window sums)
-    summary = _summarise(state, max(1, round(SMOOTH_SECONDS * fps)))
+    # one pass over the state gathers what the checks share (extremes, steps, the smoothed
+    # state's moves, jerk and fingerprint points)
+    summary = _summarise(state, max(1, round(SMOOTH_SECONDS * fps)), fps)
     extremes = summary.lowest, summary.highest
     _check_limits(state, extremes, thresholds, names, report)
     _check_jumps(summary, len(state), fps, thresholds, names, report)
     ptp = extremes[1] - extremes[0]
     _check_frozen(ptp, thresholds, names, report)
-    smooth = summary.smooth  # shared by the next three
-    mean = smooth.total / len(state)
-    # E[x^2] - mean^2: exact enough for a normaliser (an element whose spread is lost to
-    # rounding moves less than any threshold), without an n x D centred copy
-    spread = np.sqrt(np.maximum(summary.squares / len(state) - mean * mean, 0.0))
-    idle = _measure_idle(smooth, fps, thresholds, report)
+    idle = _measure_idle(summary, fps, thresholds, report)
     correlation = _check_action_state(state, action, ptp, fps, thresholds, report)
-    jerk = _jerk(smooth, fps)
-    report.measurements["jerk"] = round(jerk, 4)
+    report.measurements["jerk"] = round(summary.jerk, 4)
     report.quality_score = quality_score(
-        idle_fraction=idle, correlation=correlation, jerk=jerk, thresholds=thresholds
+        idle_fraction=idle, correlation=correlation, jerk=summary.jerk, thresholds=thresholds
     )
-    report.fingerprints = fingerprints(state, fps, smooth=smooth, spread=spread)
+    report.fingerprints = _fingerprints(summary, len(state))
     return report
 
 
@@ -201,45 +196,58 @@ def _check_frozen(ptp, thresholds, names, report) -> None:
         )
 
 
-class _Smoothed:
-    """The state's moving average over `window` frames, evaluated only where it is needed:
-    smooth.at(indices), indices 0..len(smooth) - 1. Held as window sums element by frame
-    (D x frames, `sums`), so that numpy's loops run along the frames."""
-
-    def __init__(self, sums: np.ndarray, window: int, total: np.ndarray):
-        self.sums, self.window, self.total = sums, window, total
-        self.length = sums.shape[1]
-
-    def at(self, indices) -> np.ndarray:
-        """The smoothed state at `indices`, frames x D."""
-        return (self.sums[:, indices] / self.window).T
-
-
 @dataclass
 class _Summary:
     lowest: np.ndarray
     highest: np.ndarray
+    total: np.ndarray  # per element sum
     squares: np.ndarray  # per element sum of squares
     largest_step: tuple  # (|step|, frame, element): the first largest, in frame order
-    smooth: _Smoothed
+    window: int  # frames the state is smoothed over (shorter for a short episode)
+    idle_stride: int  # idle is looked at every idle_stride frames ...
+    idle_span: int  # ... as the move of the smoothed state over idle_span frames
+    fastest_moves: np.ndarray  # per idle position: the fastest element's move (window sums)
+    jerk: float  # RMS third derivative of the smoothed state, units/s^3
+    points: np.ndarray  # the smoothed state at FINGERPRINT_POINTS frames, points x D
 
 
-def _summarise(state: np.ndarray, window: int) -> _Summary:
+def _summarise(state: np.ndarray, window: int, fps: int) -> _Summary:
     """One pass over the state in row chunks, each converted to float64 element by frame
     (D x rows) once and reduced while it is in cache: extremes, sums, sums of squares, the
-    largest step between two frames and the moving window sums. Windows are summed directly
-    (_window_sums) rather than as differences of prefix sums: as exact, and a cumulative sum
-    is a serial loop numpy does not vectorise (3x slower at D = 8)."""
+    largest step between two frames, and the smoothed state's (moving window sums') moves
+    for idle, its third differences for jerk and its values at the fingerprint points. The
+    window sums are summed directly (_window_sums) rather than as differences of prefix
+    sums: as exact, and a cumulative sum is a serial loop numpy does not vectorise (3x
+    slower at D = 8); they are kept per chunk only (an n x D array is page faults and cache
+    misses costing as much as the arithmetic)."""
     n, dim = state.shape
     w = max(1, min(window, n // 2))  # a short episode: a shorter window
-    halo = max(w - 1, 1)  # frames past the chunk a window or the last step reads
-    sums = np.empty((dim, n - w + 1))
+    length = n - w + 1  # window sums: the smoothed state at frames 0 .. length - 1
+    # idle: positions t = 0, stride, ... < idle_stop, moves sums[t + span] - sums[t]
+    span = max(1, min(round(MOTION_SECONDS * fps), length - 1))
+    stride = max(1, round(IDLE_STEP_SECONDS * fps))
+    idle_stop = max(1, length - span)
+    # jerk: samples every `step` frames; a third difference from each of the first K - 3
+    step = max(1, round(JERK_STEP_SECONDS * fps))
+    samples = -(-length // step)
+    jerk_stop = (samples - 3) * step
+    points = np.linspace(0, length - 1, FINGERPRINT_POINTS).round().astype(int)
+    reach = max(span, 3 * step)  # window sums past a chunk's own that idle and jerk read
+    halo = max(w - 1 + reach, 1)  # frames past the chunk its window sums or last step read
+
     lowest, highest = np.full(dim, np.inf), np.full(dim, -np.inf)
     total, squares = np.zeros(dim), np.zeros(dim)
     largest = (-1.0, 0, 0)
+    fastest = np.zeros(-(-idle_stop // stride))  # one frame: no motion, idle
+    jerk_squares = 0.0
+    at_points = np.empty((dim, FINGERPRINT_POINTS))
+    sums_buffer = np.empty((dim, min(length, CHUNK_ROWS + reach)))
+    scratch = _Scratch(3, dim * min(n, CHUNK_ROWS + halo))
     for start in range(0, n, CHUNK_ROWS):
         stop = min(n, start + CHUNK_ROWS)
-        block = np.ascontiguousarray(state[start : min(n, stop + halo)].T, dtype=np.float64)
+        rows = state[start : min(n, stop + halo)]
+        block = scratch.get(0, (dim, len(rows)))
+        np.copyto(block, rows.T)  # element by frame, float64
         own = block[:, : stop - start]
         np.minimum(lowest, own.min(axis=1), out=lowest)
         np.maximum(highest, own.max(axis=1), out=highest)
@@ -247,22 +255,103 @@ def _summarise(state: np.ndarray, window: int) -> _Summary:
         squares += np.einsum("ij,ij->i", own, own)
         pairs = min(stop, n - 1) - start  # steps (t, t + 1) from this chunk's frames
         if pairs > 0:
-            steps = np.abs(block[:, 1 : pairs + 1] - block[:, :pairs])
-            fastest = steps.max(axis=0)  # per frame
-            at = int(np.argmax(fastest))
-            if fastest[at] > largest[0]:  # the first largest, as one argmax would find
-                largest = (float(fastest[at]), start + at, int(np.argmax(steps[:, at])))
-        windows = min(stop, n - w + 1) - start  # window sums starting in this chunk
-        if windows > 0:
-            _window_sums(block, w, sums[:, start : start + windows])
-    return _Summary(lowest, highest, squares, largest, _Smoothed(sums, w, total))
+            largest = _largest_step(block, pairs, start, largest, scratch)
+        own_end = min(stop, length)  # window sums starting in this chunk: start .. own_end - 1
+        if own_end <= start:
+            continue
+        sums = sums_buffer[:, : min(length, own_end + reach) - start]
+        _window_sums(block, w, sums, scratch)
+        if length >= 2:
+            _idle_moves(sums, start, min(own_end, idle_stop), span, stride, fastest, scratch)
+        if samples >= 4:
+            end = min(own_end, jerk_stop)
+            jerk_squares += _third_difference_squares(sums, start, end, step, scratch)
+        mine = (points >= start) & (points < own_end)
+        at_points[:, mine] = sums[:, points[mine] - start]
+    jerk = 0.0
+    if samples >= 4:
+        mean_square = jerk_squares / (dim * (samples - 3))
+        jerk = float(np.sqrt(mean_square) / w / (step / fps) ** 3)
+    return _Summary(
+        lowest,
+        highest,
+        total,
+        squares,
+        largest,
+        w,
+        stride,
+        span,
+        fastest,
+        jerk,
+        (at_points / w).T,
+    )
 
 
-def _window_sums(block: np.ndarray, w: int, out: np.ndarray) -> None:
+class _Scratch:
+    """Work arrays reused from chunk to chunk, by slot (each at most `size` values): fresh
+    arrays are fresh pages, and in the sandbox's forked child every fresh page is a page
+    fault (~4 us here), as costly as the arithmetic on it."""
+
+    def __init__(self, slots: int, size: int):
+        self.flat = [np.empty(size) for _ in range(slots)]
+
+    def get(self, slot: int, shape: tuple) -> np.ndarray:
+        return self.flat[slot][: shape[0] * shape[1]].reshape(shape)
+
+
+def _largest_step(block, pairs, start, largest, scratch) -> tuple:
+    """The largest |step| between frames t and t + 1 of this chunk's pairs, as (|step|, frame,
+    element), if larger than `largest` (the first largest, as one argmax would find). The
+    largest |step| is max(largest rise, -largest fall): no |steps| array is made."""
+    steps = np.subtract(
+        block[:, 1 : pairs + 1], block[:, :pairs], out=scratch.get(1, (len(block), pairs))
+    )
+    rise, fall = steps.max(axis=1), steps.min(axis=1)  # per element
+    top = max(float(rise.max()), -float(fall.min()))
+    if not top > largest[0]:
+        return largest
+    frame = int(np.argmax((np.abs(steps) == top).any(axis=0)))
+    return top, start + frame, int(np.argmax(np.abs(steps[:, frame])))
+
+
+def _idle_moves(sums, start, end, span, stride, out, scratch) -> None:
+    """out[t // stride] = the fastest element's |sums[t + span] - sums[t]| for the idle
+    positions t (multiples of stride) in start .. end - 1; `sums` starts at frame `start`."""
+    first = -(-start // stride) * stride
+    if first >= end:
+        return
+    local, local_end = first - start, end - start
+    later, earlier = (
+        sums[:, local + span : local_end + span : stride],
+        sums[:, local:local_end:stride],
+    )
+    moved = np.subtract(later, earlier, out=scratch.get(1, later.shape))
+    out[first // stride : first // stride + moved.shape[1]] = np.abs(moved, out=moved).max(axis=0)
+
+
+def _third_difference_squares(sums, start, end, step, scratch) -> float:
+    """The sum of squares of the third differences x3 - 3 x2 + 3 x1 - x0 of the samples
+    x = sums[::step] that start at the sample positions in start .. end - 1."""
+    first = -(-start // step) * step
+    if first >= end:
+        return 0.0
+    count = -(-(end - first) // step)
+    x = sums[:, first - start : first - start + (count + 3) * step : step]
+    shape = (len(x), x.shape[1] - 3)
+    third = np.subtract(x[:, 3:], x[:, :-3], out=scratch.get(1, shape))
+    inner = np.subtract(x[:, 2:-1], x[:, 1:-2], out=scratch.get(2, shape))
+    inner *= 3
+    third -= inner
+    return float(np.einsum("ij,ij->", third, third))
+
+
+def _window_sums(block: np.ndarray, w: int, out: np.ndarray, scratch=None) -> None:
     """out[:, i] = block[:, i : i + w].sum(axis=1) for every column of out, by doubling:
     sums of 2, 4, 8, ... frames, then those of w's binary digits added (3 vector adds for
-    w = 6 instead of 5)."""
+    w = 6 instead of 5). The doubled sums go to scratch slots 1 and 2 in turn."""
     windows = out.shape[1]
+    scratch = scratch or _Scratch(3, block.size)
+    slot = 1
     covered, spans, span = 0, block, 1  # spans[:, i]: the sum of frames i .. i + span - 1
     while True:
         if w & span:
@@ -274,24 +363,17 @@ def _window_sums(block: np.ndarray, w: int, out: np.ndarray) -> None:
             covered += span
         if span * 2 > w:
             return
-        spans = spans[:, :-span] + spans[:, span:]
-        span *= 2
+        shape = (len(spans), spans.shape[1] - span)
+        spans = np.add(spans[:, :-span], spans[:, span:], out=scratch.get(slot, shape))
+        slot, span = 3 - slot, span * 2
 
 
-def _measure_idle(smooth: _Smoothed, fps, thresholds, report) -> float:
+def _measure_idle(summary: _Summary, fps, thresholds, report) -> float:
     """Idle where the fastest element's smoothed speed over MOTION_SECONDS is under
     idle_speed, looked at every IDLE_STEP_SECONDS."""
-    span = max(1, min(round(MOTION_SECONDS * fps), smooth.length - 1))
-    stride = max(1, round(IDLE_STEP_SECONDS * fps))
-    stop = max(1, smooth.length - span)
-    if smooth.length < 2:  # one frame: no motion to measure
-        idle = np.zeros(1) < thresholds.idle_speed
-    else:
-        sums = smooth.sums
-        moved = sums[:, span : stop + span : stride] - sums[:, 0:stop:stride]
-        fastest = np.abs(moved, out=moved).max(axis=0)  # window sums moved, per frame
-        # speed = fastest / window * fps / span; the threshold is scaled instead
-        idle = fastest < thresholds.idle_speed * smooth.window * span / fps
+    stride = summary.idle_stride
+    # speed = move / window * fps / span; the threshold is scaled instead
+    idle = summary.fastest_moves < thresholds.idle_speed * summary.window * summary.idle_span / fps
     fraction = float(idle.mean())
     head = (np.argmin(idle) if not idle.all() else idle.size) * stride / fps
     tail = (np.argmin(idle[::-1]) if not idle.all() else idle.size) * stride / fps
@@ -328,11 +410,10 @@ def _check_action_state(state, action, ptp, fps, thresholds, report) -> float | 
     correlate = _LaggedCorrelation(action, state, columns)
     # Every other lag, then the neighbours of the best: correlation varies smoothly with the
     # lag for smooth motion, and random actions correlate at no lag.
-    scores = {lag: correlate.median(lag) for lag in {*range(0, max_lag + 1, 2), max_lag}}
+    scores = correlate.medians(list({*range(0, max_lag + 1, 2), max_lag}))
     coarse = max(scores, key=scores.get)
-    for lag in (coarse - 1, coarse + 1):
-        if 0 <= lag <= max_lag and lag not in scores:
-            scores[lag] = correlate.median(lag)
+    neighbours = [lag for lag in (coarse - 1, coarse + 1) if 0 <= lag <= max_lag]
+    scores.update(correlate.medians([lag for lag in neighbours if lag not in scores]))
     best_lag = max(sorted(scores), key=scores.get)
     best = scores[best_lag]
     report.measurements.update(
@@ -359,28 +440,42 @@ class _LaggedCorrelation:
 
     def __init__(self, action, state, columns):
         self.stride = stride = max(1, -(-len(action) // CORRELATION_PAIRS))
-        sampled = np.asarray(np.ascontiguousarray(action[::stride, columns].T), dtype=np.float64)
-        # centred once: the sums lose no precision
-        self.a = sampled - sampled.sum(axis=1, keepdims=True) / sampled.shape[1]
-        self.a_totals = self.a.sum(axis=1), _row_squares(self.a)
-        # state[lag::stride] is the (lag % stride)-th of these, from frame lag // stride on.
-        # Not centred: the covariance below already subtracts the means, and with the action
-        # centred the rounding left is ~1e-10 of the variance of any element moving enough
-        # to be checked (a centring pass over strided rows would cost more than the rest).
+        a = np.array(action[::stride, columns].T, dtype=np.float64, order="C")  # a copy
+        a -= a.sum(axis=1, keepdims=True) / a.shape[1]  # centred once: the sums lose no precision
+        self.a = a
+        self.a_totals = a.sum(axis=1), _row_squares(a)
+        # state[lag::stride] is the (lag % stride)-th of these grids, from frame lag // stride
+        # on. Not centred: the covariance below already subtracts the means, and with the
+        # action centred the rounding left is ~1e-10 of the variance of any element moving
+        # enough to be checked (a centring pass over strided rows would cost more than the rest).
         self.state, self.columns = state, columns
-        self.grids = {}  # offset -> (grid, its row sums, its row sums of squares), as used
+        # One grid at a time, in one buffer: in the sandbox's forked child every fresh page
+        # is a page fault (~4 us here), as costly as the arithmetic on it.
+        self.buffer = np.empty(a.size)
+
+    def medians(self, lags: list) -> dict:
+        """{lag: median(lag)} in the order of `lags`, computed grid by grid."""
+        by_offset = {}
+        for lag in lags:
+            by_offset.setdefault(lag % self.stride, []).append(lag)
+        found = {}
+        for offset, group in by_offset.items():
+            grid = self._grid(offset)
+            for lag in group:
+                found[lag] = self._median(grid, lag)
+        return {lag: found[lag] for lag in lags}
 
     def _grid(self, offset: int):
-        if offset not in self.grids:
-            grid = np.ascontiguousarray(
-                self.state[offset :: self.stride, self.columns].T, dtype=np.float64
-            )
-            self.grids[offset] = grid, grid.sum(axis=1), _row_squares(grid)
-        return self.grids[offset]
+        """state[offset::stride, columns] element by frame in the buffer, its row sums and
+        its row sums of squares."""
+        rows = self.state[offset :: self.stride, self.columns]
+        grid = self.buffer[: rows.size].reshape(rows.shape[1], rows.shape[0])
+        np.copyto(grid, rows.T)
+        return grid, grid.sum(axis=1), _row_squares(grid)
 
-    def median(self, lag: int) -> float:
-        offset, skip = lag % self.stride, lag // self.stride
-        grid, s_total, s2_total = self._grid(offset)
+    def _median(self, grid_sums, lag: int) -> float:
+        grid, s_total, s2_total = grid_sums
+        skip = lag // self.stride
         s = grid[:, skip:]
         m = s.shape[1]  # pairs (t, t + lag) for t = 0, r, 2r, ... while t + lag < n
         a, a_left = self.a[:, :m], self.a[:, m:]
@@ -410,32 +505,24 @@ def _row_squares(x: np.ndarray) -> np.ndarray:
     return np.einsum("ji,ji->j", x, x)
 
 
-def _jerk(smooth: _Smoothed, fps) -> float:
-    """RMS third derivative of the smoothed state, sampled every JERK_STEP_SECONDS."""
-    step = max(1, round(JERK_STEP_SECONDS * fps))
-    x = smooth.sums[:, ::step]  # a view: window sums, the smoothed state times the window
-    if x.shape[1] < 4:
-        return 0.0
-    third = x[:, 3:] - x[:, :-3]  # x3 - 3 x2 + 3 x1 - x0
-    third -= 3 * (x[:, 2:-1] - x[:, 1:-2])
-    mean_square = np.einsum("ij,ij->", third, third) / third.size
-    return float(np.sqrt(mean_square) / smooth.window / (step / fps) ** 3)
-
-
-def fingerprints(state: np.ndarray, fps: int, smooth=None, spread=None) -> tuple[str, str]:
+def fingerprints(state: np.ndarray, fps: int) -> tuple[str, str]:
     """Two hex fingerprints of the downsampled, normalised trajectory (see the module doc)."""
-    if smooth is None or spread is None:
+    state = np.asarray(state)
+    if state.dtype != np.float32:
         state = np.asarray(state, dtype=np.float64)
-    if smooth is None:
-        smooth = _summarise(state, max(1, round(SMOOTH_SECONDS * fps))).smooth
-    if spread is None:
-        spread = state.std(axis=0)
-    points = np.linspace(0, smooth.length - 1, FINGERPRINT_POINTS).round().astype(int)
-    mean = smooth.total / len(state)
-    z = (smooth.at(points) - mean) / np.maximum(spread, 1e-3)
+    return _fingerprints(_summarise(state, max(1, round(SMOOTH_SECONDS * fps)), fps), len(state))
+
+
+def _fingerprints(summary: _Summary, frames: int) -> tuple[str, str]:
+    mean = summary.total / frames
+    # E[x^2] - mean^2: exact enough for a normaliser (an element whose spread is lost to
+    # rounding moves less than any threshold), without an n x D centred copy
+    spread = np.sqrt(np.maximum(summary.squares / frames - mean * mean, 0.0))
+    z = (summary.points - mean) / np.maximum(spread, 1e-3)
     out = []
     for offset in (0.0, 0.5):
         grid = np.clip(np.floor(z / FINGERPRINT_STEP + offset), -8, 8).astype(np.int8)
-        digest = hashlib.sha256(f"{state.shape[1]}:{FINGERPRINT_POINTS}:".encode() + grid.tobytes())
+        dim = summary.points.shape[1]
+        digest = hashlib.sha256(f"{dim}:{FINGERPRINT_POINTS}:".encode() + grid.tobytes())
         out.append(digest.hexdigest()[:32])
     return out[0], out[1]

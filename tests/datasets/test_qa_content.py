@@ -407,3 +407,33 @@ def test_any_shape_gives_a_finite_score_and_json_measurements(frames, fps):
         )
         assert 0 <= report.quality_score <= 1
         json.dumps(report.measurements, allow_nan=False)
+
+
+@pytest.mark.parametrize("frames", [5, 31, 1000, 9001])
+def test_results_do_not_depend_on_how_the_state_is_chunked(frames, monkeypatch):
+    """The one pass works chunk by chunk (idle moves, jerk and fingerprint points cross chunk
+    edges): any chunk size gives the same report."""
+    from datasets import qa_content
+
+    columns = episode_table(frames=frames, seed=frames)
+    state, action = columns["observation.state"], columns["action"]
+    state[frames // 3 :, 2] += 0.02  # a step, so that the largest one is in a given chunk
+
+    def report(chunk):
+        monkeypatch.setattr(qa_content, "CHUNK_ROWS", chunk)
+        found = check_content(state, action, fps=FPS, thresholds=ContentThresholds())
+        return found.failures, found.measurements, found.quality_score, found.fingerprints
+
+    whole = report(1 << 20)
+    for chunk in (1, 7, 64, 1000):
+        assert report(chunk) == whole, chunk
+
+
+def test_content_checks_leave_their_input_arrays_as_they_were():
+    columns = episode_table(frames=2000, seed=3)
+    state = np.asfortranarray(columns["observation.state"].astype(np.float64))
+    action = np.asfortranarray(columns["action"].astype(np.float64))
+    before = state.copy(), action.copy()
+    check_content(state, action, fps=FPS, thresholds=ContentThresholds())
+    np.testing.assert_array_equal(state, before[0])
+    np.testing.assert_array_equal(action, before[1])
