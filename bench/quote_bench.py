@@ -41,6 +41,7 @@ def measured_load(port: int, database: str, path: str, body: str, **load) -> dic
     row["db_cpu_ms"] = (database_cpu_seconds(database) - db) * 1000 / requests
     return row
 
+
 QUOTE_BODY = json.dumps(
     {
         "task_type": "peg-insertion",
