@@ -12,6 +12,8 @@ oldest first (one bytes value). A list DRF stored earlier is still read."""
 
 from array import array
 
+from django.core.cache import DEFAULT_CACHE_ALIAS, caches
+from django.core.cache import cache as default_cache
 from rest_framework.throttling import AnonRateThrottle as DrfAnonRateThrottle
 from rest_framework.throttling import UserRateThrottle
 
@@ -38,7 +40,12 @@ class PackedHistoryMixin:
         self.key = self.get_cache_key(request, view)
         if self.key is None:
             return True
-        history = self.history = history_of(self.cache.get(self.key))
+        # the default cache's backend for this thread, looked up once instead of through the
+        # proxy's lookup on each get and set
+        backend = self.backend = (
+            caches[DEFAULT_CACHE_ALIAS] if self.cache is default_cache else self.cache
+        )
+        history = self.history = history_of(backend.get(self.key))
         self.now = self.timer()
         # drop the requests that passed the duration, oldest first, as DRF does
         expired, limit = 0, self.now - self.duration
@@ -51,7 +58,7 @@ class PackedHistoryMixin:
 
     def throttle_success(self):
         self.history.append(self.now)
-        self.cache.set(self.key, self.history.tobytes(), self.duration)
+        self.backend.set(self.key, self.history.tobytes(), self.duration)
         return True
 
     def wait(self):

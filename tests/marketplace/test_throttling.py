@@ -92,3 +92,14 @@ def test_caller_throttle_keys_anonymous_callers_by_address():
     here, there = anonymous_request("198.51.100.1"), anonymous_request("198.51.100.2")
     assert [caller().allow_request(here, None) for _ in range(3)] == [True, True, False]
     assert caller().allow_request(there, None) is True
+
+
+def test_a_throttle_given_its_own_cache_keeps_its_history_there():
+    from django.core.cache.backends.locmem import LocMemCache
+
+    own = LocMemCache("throttle-test", {})
+    clock = Clock()
+    throttle = type("Own", (AnonRateThrottle,), {"rate": "2/minute", "timer": clock, "cache": own})
+    assert throttle().allow_request(anonymous_request(), None)
+    assert own.get("throttle_anon_203.0.113.7") is not None
+    assert cache.get("throttle_anon_203.0.113.7") is None
