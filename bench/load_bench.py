@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.load_scenarios import ENDPOINTS, user_class_name  # noqa: E402
-from bench.loadgen import gunicorn  # noqa: E402
+from bench.loadgen import gunicorn, server_cpu_seconds  # noqa: E402
 
 CUSTOMERS, ORDERS_PER_CUSTOMER = 6, 50
 FLEET_OPERATORS, SITES_PER_FLEET = 4, 3
@@ -341,21 +341,6 @@ def run_locust(env: dict, port: int, user_class: str, seconds: float, users: int
     with open(f"{prefix}_failures.csv") as handle:
         failures = list(csv.DictReader(handle))
     return rows, failures
-
-
-def server_cpu_seconds(port: int) -> float:
-    """User + system CPU of the gunicorn processes serving `port` (master and workers), from
-    /proc: a cost per request that the load of other processes on the machine hardly moves."""
-    ticks = 0
-    for proc in Path("/proc").iterdir():
-        try:
-            if f"127.0.0.1:{port}".encode() not in (proc / "cmdline").read_bytes():
-                continue
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # not a process, or gone meanwhile
-            continue
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def figures(row: dict) -> dict:

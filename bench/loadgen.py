@@ -68,6 +68,31 @@ def gunicorn(env: dict, workers: int = 2):
         server.wait(timeout=20)
 
 
+def cpu_seconds(marker: bytes) -> float:
+    """User + system CPU of the processes whose command line holds `marker`, from /proc: a
+    cost per request that the load of other processes on the machine hardly moves."""
+    ticks = 0
+    for proc in Path("/proc").iterdir():
+        try:
+            if marker not in (proc / "cmdline").read_bytes():
+                continue
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # not a process, or gone meanwhile
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu_seconds(port: int) -> float:
+    """CPU of the gunicorn processes serving `port` (master and workers)."""
+    return cpu_seconds(f"127.0.0.1:{port}".encode())
+
+
+def database_cpu_seconds(database: str) -> float:
+    """CPU of the PostgreSQL backends connected to `database` (on this machine)."""
+    return cpu_seconds(f" {database} ".encode())  # "postgres: 15/main: user db host(port) ..."
+
+
 def _client(port, path, body, headers, expected, seconds, out) -> None:
     latencies, errors = [], 0
     deadline = time.perf_counter() + seconds

@@ -5,7 +5,9 @@
 Starts gunicorn (2 workers) on 127.0.0.1 against PostgreSQL (BENCH_DATABASE_URL, default
 postgres://postgres@127.0.0.1:5432/marketplace_bench, created and migrated if needed),
 then alternates timed rounds: quote, bare, quote, bare ... with the same number of client
-processes, and prints requests/s, p50/p99 latency and errors of each, and their ratio.
+processes, and prints requests/s, p50/p99 latency, errors, and the CPU per request of the
+gunicorn server and of the database's PostgreSQL backends (medians over rounds) of each,
+and their throughput ratio.
 Bounded: rounds x 2 x seconds of load, loopback only.
 """
 
@@ -19,7 +21,26 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.loadgen import ROOT, ensure_database, gunicorn, post_load
+from bench.loadgen import (
+    ROOT,
+    database_cpu_seconds,
+    ensure_database,
+    gunicorn,
+    post_load,
+    server_cpu_seconds,
+)
+
+
+def measured_load(port: int, database: str, path: str, body: str, **load) -> dict:
+    """post_load, with the CPU per request of the gunicorn server and of the database's
+    PostgreSQL backends over the round."""
+    server, db = server_cpu_seconds(port), database_cpu_seconds(database)
+    row = post_load(port, path, body, **load)
+    requests = max(row["requests"], 1)
+    row["cpu_ms"] = (server_cpu_seconds(port) - server) * 1000 / requests
+    row["db_cpu_ms"] = (database_cpu_seconds(database) - db) * 1000 / requests
+    return row
+
 
 QUOTE_BODY = json.dumps(
     {
@@ -47,6 +68,7 @@ def main() -> int:
         "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/marketplace_bench"
     )
     ensure_database(database_url)
+    database = database_url.rsplit("/", 1)[1]
     env = {
         **os.environ,
         "DATABASE_URL": database_url,
@@ -60,8 +82,8 @@ def main() -> int:
         quote_rounds, bare_rounds = [], []
         for _ in range(args.rounds):
             load = {"seconds": args.seconds, "clients": args.clients}
-            quote_rounds.append(post_load(port, "/api/v1/quotes", QUOTE_BODY, **load))
-            bare_rounds.append(post_load(port, "/bench/bare", BARE_BODY, **load))
+            quote_rounds.append(measured_load(port, database, "/api/v1/quotes", QUOTE_BODY, **load))
+            bare_rounds.append(measured_load(port, database, "/bench/bare", BARE_BODY, **load))
 
     def summary(rounds):
         return {
@@ -69,6 +91,8 @@ def main() -> int:
             "p50_ms": statistics.median(r["p50_ms"] for r in rounds),
             "p99_ms": statistics.median(r["p99_ms"] for r in rounds),
             "errors": sum(r["errors"] for r in rounds),
+            "cpu_ms": statistics.median(r["cpu_ms"] for r in rounds),
+            "db_cpu_ms": statistics.median(r["db_cpu_ms"] for r in rounds),
             "requests": sum(r["requests"] for r in rounds),
         }
 
@@ -77,11 +101,14 @@ def main() -> int:
         f"gunicorn 2 workers, {args.clients} client processes,"
         f" {args.rounds} x {args.seconds}s rounds each"
     )
-    print(f"{'endpoint':<22}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'requests':>10}{'errors':>8}")
+    print(
+        f"{'endpoint':<22}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'requests':>10}{'errors':>8}"
+        f"{'CPU ms':>8}{'DB CPU ms':>11}"
+    )
     for name, row in (("POST /api/v1/quotes", quote), ("POST /bench/bare", bare)):
         print(
             f"{name:<22}{row['rps']:>10.1f}{row['p50_ms']:>10.2f}{row['p99_ms']:>10.2f}"
-            f"{row['requests']:>10}{row['errors']:>8}"
+            f"{row['requests']:>10}{row['errors']:>8}{row['cpu_ms']:>8.2f}{row['db_cpu_ms']:>11.2f}"
         )
     print(f"ratio quote/bare throughput: {quote['rps'] / bare['rps']:.3f}")
     return 1 if quote["errors"] or bare["errors"] else 0

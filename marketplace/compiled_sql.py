@@ -145,7 +145,11 @@ class CompiledInsert:
     post_save as `save` does, runs the statement through Django's cursor, and marks the
     instance saved. An instance with an expression among its values (an F(), a database
     default) is saved by `save()` itself. For a hot insert (a quote) whose save() costs more
-    in compiling the statement than in running it."""
+    in compiling the statement than in running it.
+
+    On PostgreSQL (marketplace.postgresql) the statement runs through the backend's
+    `prepared_cursor()`: its values bound by the server, not quoted into the text by psycopg,
+    and the statement prepared once per connection; elsewhere (SQLite) through `cursor()`."""
 
     def __init__(self, model):
         meta = model._meta
@@ -187,7 +191,8 @@ class CompiledInsert:
         sql = self._sql.get(using)
         if sql is None:
             sql = self._sql.setdefault(using, self._compile(using))
-        with connection.cursor() as cursor:
+        cursor_of = getattr(connection, "prepared_cursor", connection.cursor)
+        with cursor_of() as cursor:
             cursor.execute(sql, params)
         instance._state.adding = False
         instance._state.db = using

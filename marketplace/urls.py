@@ -16,6 +16,8 @@ from marketplace import health
 from marketplace.exception_handler import handler_404_api, handler_500_api
 
 api_v1 = [
+    # the hottest routes first (quotes, orders): no other pattern here matches their paths
+    path("", include("orders.urls")),
     path("me", accounts_api.Me.as_view(), name="me"),
     path("api-keys", accounts_api.ApiKeyListCreate.as_view(), name="api-key-list"),
     path(
@@ -24,7 +26,6 @@ api_v1 = [
         name="organization-webhook",
     ),
     path("api-keys/<uuid:pk>/revoke", accounts_api.ApiKeyRevoke.as_view(), name="api-key-revoke"),
-    path("", include("orders.urls")),
     path("", include("billing.urls")),
     path("fleet/", include("fleets.urls")),
     path("fleet/", include(datasets_urls.fleet_urlpatterns)),

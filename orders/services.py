@@ -28,7 +28,7 @@ from orders.models import (
     TaskType,
 )
 from orders.pricing import Price, PriceRequest, PricingError, price_dataset
-from orders.selectors import quote_visible_to, rate_card_current, rate_card_terms
+from orders.selectors import quote_visible_to, rate_card_terms
 from orders.streams import DEFAULT_VIDEO_CODEC, VIDEO_CODECS, build_stream_spec
 
 MIN_HOURS_PER_ENVIRONMENT = Decimal("0.5")
@@ -86,8 +86,14 @@ class _ResolvedRequest:
     sensors: list[str] = field(default_factory=list)
 
 
-def _resolve(request: DatasetRequest) -> _ResolvedRequest:
+def _resolved_with_card(request: DatasetRequest) -> tuple[_ResolvedRequest, RateCard]:
+    """The request resolved against the catalog, and the rate card in force: both from one
+    read of the cached catalog (one version lookup in the shared cache, one snapshot)."""
     known = catalog.current()  # active entries only, cached (orders/catalog.py)
+    return _resolve(request, known), _require_rate_card(known)
+
+
+def _resolve(request: DatasetRequest, known: catalog.Catalog) -> _ResolvedRequest:
     task_type = known.task_types.get(request.task_type)
     if task_type is None:
         raise invalid(
@@ -152,8 +158,8 @@ def _price(request: DatasetRequest, resolved: _ResolvedRequest, rate_card: RateC
         raise invalid(exc.field_name, exc.message, ErrorCode.NOT_PRICED) from exc
 
 
-def _require_rate_card() -> RateCard:
-    rate_card = rate_card_current()
+def _require_rate_card(known: catalog.Catalog) -> RateCard:
+    rate_card = known.rate_card_at(timezone.now())  # as rate_card_current() reads it
     if rate_card is None:
         raise ServiceError(
             "No rate card is in force; quotes are unavailable.", code=ErrorCode.NO_RATE_CARD
@@ -181,8 +187,7 @@ def _spec_fields(
 
 
 def _priced_quote(*, organization, request: DatasetRequest) -> Quote:
-    resolved = _resolve(request)
-    rate_card = _require_rate_card()
+    resolved, rate_card = _resolved_with_card(request)
     price = _price(request, resolved, rate_card)
     return Quote(
         organization=organization,
@@ -290,8 +295,7 @@ def _order_open(
 def order_create(*, caller: Caller, request: DatasetRequest, details: OrderDetails) -> Order:
     """An order from a full specification, priced now with the rate card in force."""
     _require_customer(caller)
-    resolved = _resolve(request)
-    rate_card = _require_rate_card()
+    resolved, rate_card = _resolved_with_card(request)
     price = _price(request, resolved, rate_card)
     _validate_details(details, hours=request.hours, rush=request.rush, rate_card=rate_card)
     with transaction.atomic():

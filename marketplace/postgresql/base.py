@@ -22,10 +22,11 @@ then replaced by Django's timezone as Django's loader does
 
 import functools
 import select
+import sys
 
 import psycopg
 import psycopg.types.datetime
-from django.db.backends.postgresql import base
+from django.db.backends.postgresql import base, operations
 from psycopg import adapt, pq
 
 _TIMESTAMPTZ_OID = psycopg.adapters.types["timestamptz"].oid
@@ -55,7 +56,62 @@ def _adapters_with_c_tzloader(template: adapt.AdaptersMap, timezone) -> adapt.Ad
     return adapters
 
 
+# While a PreparingCursor runs a statement, psycopg prepares one run this many times without
+# being asked: never, in practice
+ONLY_WHEN_ASKED = sys.maxsize
+
+
+class PreparingCursor(base.ServerBindingCursor):
+    """Django's server-binding cursor, each statement it runs prepared on its connection
+    (psycopg's `prepare=True`): parsed and planned by PostgreSQL once per connection, then
+    only the values are sent. Django turns psycopg's preparing off for the connection
+    (`prepare_threshold` None, for connection poolers): it is turned on only while this cursor
+    runs a statement, so no other statement is counted or prepared."""
+
+    def execute(self, query, params=None, *, prepare=True, binary=None):
+        connection = self.connection
+        if connection.prepare_threshold is not None or not prepare:
+            return super().execute(query, params, prepare=prepare, binary=binary)
+        connection.prepare_threshold = ONLY_WHEN_ASKED
+        try:
+            return super().execute(query, params, prepare=True, binary=binary)
+        finally:
+            connection.prepare_threshold = None
+
+
+class DatabaseOperations(operations.DatabaseOperations):
+    def last_executed_query(self, cursor, sql, params):
+        # logged (DEBUG, captured queries) as Django logs a server-binding connection's
+        if isinstance(cursor, PreparingCursor):
+            try:
+                return self.compose_sql(sql, params)
+            except psycopg.errors.DataError:
+                return None
+        return super().last_executed_query(cursor, sql, params)
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
+    ops_class = DatabaseOperations
+
+    def prepared_cursor(self):
+        """A cursor as `cursor()` gives it (health check, execute wrappers, query log, errors
+        wrapped), but its parameters bound by the server instead of quoted into the text by
+        psycopg, and its statements prepared once per connection: psycopg keeps their names
+        per connection, so a new connection (after a dropped one) prepares them again, and a
+        rollback deallocates them. OPTIONS `prepare_threshold` set to None (a pooler that
+        cannot keep prepared statements) turns it into `cursor()`."""
+        options = self.settings_dict["OPTIONS"]
+        if "prepare_threshold" in options and options["prepare_threshold"] is None:
+            return self.cursor()
+        self.close_if_health_check_failed()
+        self.ensure_connection()
+        with self.wrap_database_errors:
+            cursor = PreparingCursor(self.connection)
+            tzloader = self.connection.adapters.get_loader(_TIMESTAMPTZ_OID, pq.Format.TEXT)
+            if self.timezone != tzloader.timezone:
+                base.register_tzloader(self.timezone, cursor)
+            return self._prepare_cursor(cursor)
+
     def get_connection_params(self):
         params = super().get_connection_params()
         if HAS_C_TIMESTAMPTZ and "context" in params:
