@@ -1,11 +1,11 @@
 """Project-level behaviour: schema, docs, error shape on non-API errors, settings from env."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 from django.conf import settings
+
+from tests.marketplace.helpers import run_on_embedded_defaults, run_python
 
 pytestmark = pytest.mark.django_db
 
@@ -54,8 +54,6 @@ def test_catalog_endpoints_are_public(anon_client):
 
 def test_embedded_defaults_use_sqlite_and_a_filesystem_broker_under_the_data_dir(tmp_path):
     # given: a clean environment with only MARKETPLACE_DATA_DIR
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL"}}
-    env["MARKETPLACE_DATA_DIR"] = str(tmp_path)
     code = (
         "import django; django.setup(); from django.conf import settings as s; "
         "db = s.DATABASES['default']; "
@@ -63,14 +61,7 @@ def test_embedded_defaults_use_sqlite_and_a_filesystem_broker_under_the_data_dir
         " s.CELERY_BROKER_TRANSPORT_OPTIONS['data_folder_in'])"
     )
     # when
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=settings.BASE_DIR,
-    ).stdout.split()
+    out = run_on_embedded_defaults(code, tmp_path)
     # then
     assert out[0] == "django.db.backends.sqlite3"
     assert out[1] == str(tmp_path / "marketplace.sqlite3")
@@ -93,14 +84,7 @@ def test_production_settings_come_from_the_environment(tmp_path):
         "print(db['ENGINE'], db['HOST'], s.CELERY_BROKER_URL, s.SECRET_KEY,"
         " ','.join(s.ALLOWED_HOSTS))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=settings.BASE_DIR,
-    ).stdout.split()
+    out = run_python(code, env)
     assert out == [
         "marketplace.postgresql",  # Django's, with a health check without a round trip
         "db.example",

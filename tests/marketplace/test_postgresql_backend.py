@@ -8,18 +8,11 @@ import pytest
 from django.db import connection, connections
 from django.db.backends.postgresql import base as django_postgresql
 
+from tests.marketplace.helpers import terminate_backend
+
 pytestmark = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="the PostgreSQL backend's own check"
 )
-
-
-@pytest.fixture
-def kept():
-    """A second connection to the test database, idle between 'requests' as gunicorn's are."""
-    wrapper = connections.create_connection("default")
-    wrapper.ensure_connection()
-    yield wrapper
-    wrapper.close()
 
 
 def test_the_settings_use_the_backend():
@@ -43,12 +36,7 @@ def test_an_idle_connection_is_usable_without_a_statement(kept):
 @pytest.mark.django_db
 def test_a_connection_the_server_terminated_fails_the_check_and_is_replaced(kept):
     # given the server terminates the kept connection's backend
-    pid = kept.connection.info.backend_pid
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
-    deadline = time.monotonic() + 5
-    while kept.is_usable() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    pid = terminate_backend(kept)
     # when the next request's health check runs
     assert kept.is_usable() is False
     kept.health_check_done = False

@@ -3,20 +3,16 @@ connection (marketplace.postgresql's prepared_cursor), prepared again on the con
 replaces a dropped one, nothing else prepared; on SQLite it runs through cursor()."""
 
 import copy
-import os
-import subprocess
-import sys
-import time
 from decimal import Decimal
 
 import pytest
-from django.conf import settings
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
 from marketplace.compiled_sql import CompiledInsert
 from orders.models import Quote
 from orders.services import DatasetRequest, _priced_quote
+from tests.marketplace.helpers import run_on_embedded_defaults, terminate_backend
 
 postgresql_only = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="the PostgreSQL backend's prepared statements"
@@ -27,20 +23,14 @@ REQUEST = DatasetRequest(
 
 
 @pytest.fixture
-def kept():
-    """A second connection to the test database under its own alias, idle between 'requests'
-    and in autocommit as gunicorn's are; the quotes it stored are deleted after the test."""
-    wrapper = connections.create_connection("default")
-    wrapper.alias = "kept"
-    connections["kept"] = wrapper
-    wrapper.ensure_connection()
-    yield wrapper
-    try:
-        with wrapper.cursor() as cursor:
-            cursor.execute("DELETE FROM orders_quote WHERE id = ANY(%s)", [wrapper.test_quotes])
-    finally:
-        wrapper.close()
-        del connections["kept"]
+def kept(kept):
+    """tests/marketplace/conftest.py's kept connection; the quotes it stored are deleted after
+    the test (they were committed outside the test's transaction)."""
+    yield kept
+    with kept.cursor() as cursor:
+        cursor.execute(
+            "DELETE FROM orders_quote WHERE id = ANY(%s)", [getattr(kept, "test_quotes", [])]
+        )
 
 
 def prepared_inserts(wrapper) -> list[tuple]:
@@ -97,12 +87,7 @@ def test_after_the_server_dropped_the_connection_the_insert_is_prepared_again(ke
     # given the insert prepared on a connection the server then terminates
     insert = CompiledInsert(Quote)
     save_quotes(kept, insert, 2)
-    pid = kept.connection.info.backend_pid
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
-    deadline = time.monotonic() + 5
-    while kept.is_usable() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    pid = terminate_backend(kept, wait=True)
     # when the next request stores a quote (its health check runs first)
     kept.health_check_done = False
     (quote,) = save_quotes(kept, insert, 1)
@@ -151,8 +136,6 @@ def test_a_prepare_threshold_of_none_in_options_turns_preparing_off():
 
 def test_on_sqlite_the_insert_runs_through_django_cursor(tmp_path):
     # given the embedded defaults (SQLite), migrated
-    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-    env.update(MARKETPLACE_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="marketplace.settings")
     code = (
         "import django; django.setup()\n"
         "from decimal import Decimal\n"
@@ -169,13 +152,5 @@ def test_on_sqlite_the_insert_runs_through_django_cursor(tmp_path):
         " stored == {q.pk: q.total for q in quotes})\n"
     )
     # when quotes are stored, then they are, without a prepared cursor
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=settings.BASE_DIR,
-        timeout=120,
-    ).stdout.split()
+    out = run_on_embedded_defaults(code, tmp_path)
     assert out == ["sqlite", "False", "True"]

@@ -13,6 +13,7 @@ import pytest
 from django.conf import settings
 
 from local_s3.launcher import free_port
+from tests.marketplace.helpers import embedded_env
 
 pytestmark = pytest.mark.slow
 
@@ -23,12 +24,7 @@ def get(url: str):
 
 
 def test_the_platform_runs_on_embedded_defaults_and_stops_cleanly(tmp_path):
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "S3_ENDPOINT_URL"}
-    }
-    env["MARKETPLACE_DATA_DIR"] = str(tmp_path)
+    env = embedded_env(tmp_path)
     port, s3_port = free_port(), free_port()
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "-v0"], cwd=settings.BASE_DIR, env=env, check=True
