@@ -84,6 +84,7 @@ class _ResolvedRequest:
     complexity: ComplexityLevel
     embodiment: Embodiment
     sensors: list[str] = field(default_factory=list)
+    known: catalog.Catalog | None = None  # the cached catalog's copy it was resolved against
 
 
 def _resolved_with_card(request: DatasetRequest) -> tuple[_ResolvedRequest, RateCard]:
@@ -137,7 +138,11 @@ def _resolve(request: DatasetRequest, known: catalog.Catalog) -> _ResolvedReques
     if request.objects_per_environment < 1:
         raise invalid("objects_per_environment", "At least one object per environment.")
     return _ResolvedRequest(
-        task_type=task_type, complexity=complexity, embodiment=embodiment, sensors=sensors
+        task_type=task_type,
+        complexity=complexity,
+        embodiment=embodiment,
+        sensors=sensors,
+        known=known,
     )
 
 
@@ -241,7 +246,12 @@ def _actor_fields(caller: Caller | None, label: str = "") -> dict:
 
 
 def _order_open(
-    *, caller: Caller, fields: dict, details: OrderDetails, quote: Quote | None
+    *,
+    caller: Caller,
+    fields: dict,
+    details: OrderDetails,
+    quote: Quote | None,
+    known: catalog.Catalog | None = None,
 ) -> Order:
     """The order, written priced and awaiting payment, with both opening events (created as
     a draft, then priced) in one insert: the same rows as a draft moved by order_transition,
@@ -270,6 +280,7 @@ def _order_open(
             embodiment=fields["embodiment"],
             sensor_slugs=fields["sensor_slugs"],
             video_codec=details.video_codec,
+            known=known,
         ),
         **fields,
     )
@@ -304,6 +315,7 @@ def order_create(*, caller: Caller, request: DatasetRequest, details: OrderDetai
             fields=_spec_fields(request, resolved, rate_card, price),
             details=details,
             quote=None,
+            known=resolved.known,
         )
 
 

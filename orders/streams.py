@@ -43,13 +43,18 @@ def _names(names: list, dim: int, prefix: str) -> list[str]:
 
 
 def build_stream_spec(
-    *, embodiment: Embodiment, sensor_slugs, video_codec: str = DEFAULT_VIDEO_CODEC
+    *,
+    embodiment: Embodiment,
+    sensor_slugs,
+    video_codec: str = DEFAULT_VIDEO_CODEC,
+    known: catalog.Catalog | None = None,
 ) -> dict:
-    """The spec of an order for `embodiment` with the sensor add-ons `sensor_slugs`."""
+    """The spec of an order for `embodiment` with the sensor add-ons `sensor_slugs`; `known`:
+    the cached catalog's copy the caller already read (None: it is read here)."""
     cameras = [_camera(entry, "embodiment") for entry in embodiment.cameras or []]
     vectors = []
     # the active add-ons from the catalog's copy; any other (retired since a quote) from the rows
-    held = catalog.current().sensors
+    held = (known or catalog.current()).sensors
     sensors = {slug: held[slug] for slug in sensor_slugs if slug in held}
     missing = [slug for slug in sensor_slugs if slug not in held]
     if missing:

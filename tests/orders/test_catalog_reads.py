@@ -24,10 +24,16 @@ def version_lookups(action) -> int:
 
 
 def test_a_quote_looks_the_catalog_version_up_once():
-    assert version_lookups(lambda: services.quote_create(organization=None, request=REQUEST)) == 1
+    quotes = []
+    lookups = version_lookups(
+        lambda: quotes.append(services.quote_create(organization=None, request=REQUEST))
+    )
+    assert lookups == 1
+    (quote,) = quotes
+    assert quote.task_type.slug == "peg-insertion" and quote.total > 0 and quote.rate_card_id
 
 
-def test_an_order_from_a_specification_looks_it_up_once_to_price_it(customer):
+def test_an_order_from_a_specification_looks_it_up_once(customer):
     from marketplace.tenancy import Caller
 
     caller = Caller(organization=customer.organization, role="owner", user=customer.user)
@@ -36,8 +42,9 @@ def test_an_order_from_a_specification_looks_it_up_once_to_price_it(customer):
     lookups = version_lookups(
         lambda: order.append(services.order_create(caller=caller, request=REQUEST, details=details))
     )
-    # once to resolve and price it, once more for its stream spec (orders/streams.py)
-    assert lookups == 2 and order[0].rate_card_id is not None
+    # once: the copy that resolved and priced it also gives its stream spec's sensors
+    assert lookups == 1 and order[0].rate_card_id is not None
+    assert order[0].stream_spec["state"]["key"] == "observation.state" and order[0].total > 0
 
 
 def test_with_no_rate_card_in_force_a_quote_is_refused_as_before():
