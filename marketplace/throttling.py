@@ -90,4 +90,24 @@ class CallerRateThrottle(PackedHistoryMixin, UserRateThrottle):
         return super().get_cache_key(request, view)
 
 
-__all__ = ["AnonRateThrottle", "CallerRateThrottle"]
+class IdentifiedCallerRateThrottle(CallerRateThrottle):
+    """CallerRateThrottle for identified callers only, beside AnonRateThrottle on endpoints open
+    to anonymous callers (PUBLIC_THROTTLES): an anonymous caller is the anon rate's, by its
+    address, and is not counted a second time at the (looser) per-caller rate."""
+
+    def get_cache_key(self, request, view):
+        if not (request.user and request.user.is_authenticated):
+            return None
+        return super().get_cache_key(request, view)
+
+
+# Endpoints open to anyone: anonymous callers at API_THROTTLE_ANON by address, callers with an
+# API key or a session at API_THROTTLE_USER; each request is one throttle check.
+PUBLIC_THROTTLES = [AnonRateThrottle, IdentifiedCallerRateThrottle]
+
+__all__ = [
+    "PUBLIC_THROTTLES",
+    "AnonRateThrottle",
+    "CallerRateThrottle",
+    "IdentifiedCallerRateThrottle",
+]

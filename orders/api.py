@@ -22,7 +22,7 @@ from marketplace.filters import UtcIsoDateTimeFilter
 from marketplace.idempotency import idempotent_response
 from marketplace.permissions import CanOrder, IsCustomer
 from marketplace.tenancy import caller_for_request
-from marketplace.throttling import AnonRateThrottle, CallerRateThrottle
+from marketplace.throttling import PUBLIC_THROTTLES, CallerRateThrottle
 from orders import services
 from orders.content_qa import content_qa_thresholds
 from orders.dataset_request import REFUSED_PRICE_FIELDS, plain_dataset_request
@@ -98,7 +98,7 @@ class SensorAddonSerializer(serializers.ModelSerializer):
 
 class PublicCatalogMixin:
     permission_classes = [AllowAny]
-    throttle_classes = [AnonRateThrottle, CallerRateThrottle]
+    throttle_classes = PUBLIC_THROTTLES
     pagination_class = None
 
 
@@ -258,7 +258,7 @@ class QuoteSerializer(PricedSpecSerializer):
 )
 class QuoteCreate(APIView):
     permission_classes = [AllowAny]
-    throttle_classes = [AnonRateThrottle, CallerRateThrottle]
+    throttle_classes = PUBLIC_THROTTLES
 
     def post(self, request):
         caller = caller_for_request(request)
@@ -285,7 +285,7 @@ class PricePreviewSerializer(PricedSpecSerializer):
 )
 class QuotePreview(APIView):
     permission_classes = [AllowAny]
-    throttle_classes = [AnonRateThrottle, CallerRateThrottle]
+    throttle_classes = PUBLIC_THROTTLES
 
     def post(self, request):
         preview = services.quote_preview(request=_dataset_request(request.data))
@@ -294,7 +294,7 @@ class QuotePreview(APIView):
 
 class QuoteDetail(generics.RetrieveAPIView):
     permission_classes = [AllowAny]
-    throttle_classes = [AnonRateThrottle, CallerRateThrottle]
+    throttle_classes = PUBLIC_THROTTLES
     serializer_class = QuoteSerializer
 
     def get_queryset(self):

@@ -2,6 +2,7 @@
 kept in the cache as packed doubles; a history DRF stored as a list still counts."""
 
 import random
+import time
 from array import array
 
 import pytest
@@ -10,7 +11,12 @@ from django.core.cache import cache
 from rest_framework.test import APIRequestFactory
 from rest_framework.throttling import AnonRateThrottle as DrfAnonRateThrottle
 
-from marketplace.throttling import AnonRateThrottle, CallerRateThrottle, history_of
+from marketplace.throttling import (
+    AnonRateThrottle,
+    CallerRateThrottle,
+    IdentifiedCallerRateThrottle,
+    history_of,
+)
 
 
 def anonymous_request(address="203.0.113.7"):
@@ -103,3 +109,45 @@ def test_a_throttle_given_its_own_cache_keeps_its_history_there():
     assert throttle().allow_request(anonymous_request(), None)
     assert own.get("throttle_anon_203.0.113.7") is not None
     assert cache.get("throttle_anon_203.0.113.7") is None
+
+
+# --- Endpoints open to anyone: one throttle check per request --------------------------------
+
+
+@pytest.mark.django_db
+def test_an_anonymous_caller_is_counted_once_at_the_anonymous_rate(anon_client):
+    from tests.orders.test_quotes_api import SPEC
+
+    # when an anonymous caller asks for a quote
+    assert anon_client.post("/api/v1/quotes", SPEC, format="json").status_code == 201
+    # then its address has an anonymous history of one request and no per-caller history
+    assert len(history_of(cache.get("throttle_anon_127.0.0.1"))) == 1
+    assert cache.get("throttle_user_127.0.0.1") is None
+
+
+@pytest.mark.django_db
+def test_a_caller_with_a_key_is_counted_per_key_at_the_per_caller_rate(customer):
+    from tests.orders.test_quotes_api import SPEC
+
+    key = f"throttle_user_key-{customer.api_key.pk}"
+    # given 60 quotes by this key in the last minute (the anonymous rate's limit)
+    cache.set(key, array("d", [time.time()] * 60).tobytes(), 60)
+    # when it asks for one more, it gets it: a key is counted at the per-caller rate...
+    assert customer.client.post("/api/v1/quotes", SPEC, format="json").status_code == 201
+    assert len(history_of(cache.get(key))) == 61
+    # ...and never by its address at the anonymous rate
+    assert cache.get("throttle_anon_127.0.0.1") is None
+    # given 1,200 in the last minute (the per-caller limit), the next is refused
+    cache.set(key, array("d", [time.time()] * 1200).tobytes(), 60)
+    response = customer.client.post("/api/v1/quotes", SPEC, format="json")
+    assert response.status_code == 429 and response.json()["code"] == "throttled"
+
+
+def test_the_identified_caller_throttle_lets_anonymous_callers_to_the_anonymous_one():
+    clock = Clock()
+    identified = type(
+        "Identified", (IdentifiedCallerRateThrottle,), {"rate": "1/minute", "timer": clock}
+    )
+    request = anonymous_request()
+    assert [identified().allow_request(request, None) for _ in range(3)] == [True] * 3
+    assert cache.get("throttle_user_203.0.113.7") is None
