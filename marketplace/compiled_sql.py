@@ -17,12 +17,15 @@ value is set) is not for this: the compile checks that every value appears among
 """
 
 import datetime
+import functools
+import operator
 import secrets
 import threading
 import uuid
 from collections.abc import Callable
+from decimal import Decimal
 
-from django.db import connections
+from django.db import connections, models
 from django.db.models import QuerySet
 
 _SENTINEL_KINDS = {
@@ -137,13 +140,73 @@ def _naive_utc_text(value):
     return str(value.astimezone(datetime.UTC).replace(tzinfo=None))
 
 
+# Field classes whose database value, for a value of the plain type beside them, does not
+# depend on the value: the value itself (or, for integers, the backend's typed wrapper of it).
+# Checked on each backend by asking the field (_value_preparers).
+_PLAIN_SAMPLES = (
+    ((models.CharField, models.TextField, models.SlugField), str, "x"),
+    ((models.BooleanField,), bool, True),
+    ((models.UUIDField,), uuid.UUID, uuid.UUID(int=1)),
+    ((models.DecimalField,), Decimal, Decimal("1.5")),
+    (
+        (models.DateTimeField,),
+        datetime.datetime,
+        datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC),
+    ),
+)
+_DECLINED = object()
+
+
+def _value_preparers(fields, connection) -> list[tuple]:
+    """Per field: (field, how save() reads its value, {plain type: preparation}). A value of
+    any other type, or one a preparation declines (a non-finite Decimal, a naive datetime),
+    takes the field's own get_db_prep_save. Each preparation is the field's own, learnt once
+    by preparing a sample through get_db_prep_save on this backend and kept only if the
+    result is the sample itself or an int wrapper of it (psycopg's Int2/Int4/Int8 for integer
+    columns on PostgreSQL): a backend that spells a type otherwise (SQLite's UUID hex, its
+    datetime text) keeps the field's path for that type."""
+    preparers = []
+    for field in fields:
+        target = field.target_field if field.is_relation else field
+        plain = {}
+        if isinstance(target, models.IntegerField):  # AutoFields included
+            prepared = field.get_db_prep_save(7, connection=connection)
+            wrapper = type(prepared)
+            if issubclass(wrapper, int) and wrapper is not bool and prepared == 7:
+                plain[int] = _same if wrapper is int else wrapper
+        for classes, kind, sample in _PLAIN_SAMPLES:
+            if type(target) in classes and field.get_db_prep_save(sample, connection) is sample:
+                plain[kind] = _PLAIN_GUARDS.get(kind, _same)
+        if type(field).pre_save is models.Field.pre_save:
+            read = operator.attrgetter(field.attname)
+        else:  # auto_now_add and the like set the value as they read it
+            read = functools.partial(_pre_save, field)
+        preparers.append((field, read, plain))
+    return preparers
+
+
+def _pre_save(field, instance):
+    return field.pre_save(instance, True)
+
+
+def _finite_decimal(value):
+    return value if value.is_finite() else _DECLINED  # the field raises ValidationError
+
+
+def _aware_datetime(value):
+    return value if value.tzinfo is not None else _DECLINED  # the field warns, makes it aware
+
+
+_PLAIN_GUARDS = {Decimal: _finite_decimal, datetime.datetime: _aware_datetime}
+
+
 class CompiledInsert:
     """`save(force_insert=True)` of a new instance of `model`, its INSERT compiled once per
     process and database (the same statement the ORM compiles: every local concrete field,
     the primary key set in Python). Each call prepares the instance's values as the ORM's
-    insert compiler does (`pre_save(add=True)`, then `get_db_prep_save`), sends pre_save and
-    post_save as `save` does, runs the statement through Django's cursor, and marks the
-    instance saved. An instance with an expression among its values (an F(), a database
+    insert compiler does (`pre_save(add=True)`, then `get_db_prep_save`: `values()`), sends
+    pre_save and post_save as `save` does, runs the statement through Django's cursor, and
+    marks the instance saved. An instance with an expression among its values (an F(), a database
     default) is saved by `save()` itself. For a hot insert (a quote) whose save() costs more
     in compiling the statement than in running it.
 
@@ -160,6 +223,7 @@ class CompiledInsert:
         self.model = model
         self.fields = list(meta.local_concrete_fields)
         self._sql: dict[str, str] = {}
+        self._preparers: dict[str, list] = {}
 
     def _compile(self, alias: str) -> str:
         from django.db.models.sql import InsertQuery
@@ -170,6 +234,26 @@ class CompiledInsert:
         query.insert_values(self.fields, [self.model()], raw=False)
         ((sql, _),) = query.get_compiler(using=alias).as_sql()
         return sql
+
+    def values(self, instance, using: str = "default") -> list:
+        """The statement's parameters for `instance`: each field's `pre_save(add=True)`, then
+        its `get_db_prep_save`, the latter skipped for a value of a plain type whose
+        preparation the field was asked for once (_value_preparers): the same values, without
+        the field's generic path for every value of every insert."""
+        preparers = self._preparers.get(using)
+        if preparers is None:
+            preparers = self._preparers.setdefault(
+                using, _value_preparers(self.fields, connections[using])
+            )
+        params = []
+        for field, read, plain in preparers:
+            value = read(instance)
+            prepare = plain.get(type(value))
+            prepared = _DECLINED if prepare is None else prepare(value)
+            if prepared is _DECLINED:
+                prepared = field.get_db_prep_save(value, connection=connections[using])
+            params.append(prepared)
+        return params
 
     def save(self, instance, using: str = "default") -> None:
         from django.db.models.signals import post_save, pre_save
@@ -184,10 +268,7 @@ class CompiledInsert:
         pre_save.send(
             sender=self.model, instance=instance, raw=False, using=using, update_fields=None
         )
-        params = [
-            field.get_db_prep_save(field.pre_save(instance, True), connection=connection)
-            for field in self.fields
-        ]
+        params = self.values(instance, using)
         sql = self._sql.get(using)
         if sql is None:
             sql = self._sql.setdefault(using, self._compile(using))

@@ -172,3 +172,96 @@ def test_a_compiled_insert_leaves_expressions_to_save():
         CompiledInsert(Group)
     with pytest.raises(ValueError):
         CompiledInsert(Quote).save(Quote(id=None))
+
+
+def _orm_values(quote) -> list:
+    """What the ORM's insert compiler passes for `quote`: pre_save(add=True), get_db_prep_save."""
+    from orders.models import Quote
+
+    return [
+        field.get_db_prep_save(field.pre_save(quote, True), connection=connection)
+        for field in Quote._meta.local_concrete_fields
+    ]
+
+
+def _comparable(value):
+    from psycopg.types.json import Jsonb
+
+    # a JSON value is compared by what it wraps and how it is written out
+    return ("jsonb", value.obj, value.dumps(value.obj)) if isinstance(value, Jsonb) else value
+
+
+@pytest.mark.django_db
+def test_a_compiled_insert_passes_the_values_the_orm_passes_type_for_type():
+    import random
+    from decimal import Decimal
+
+    from marketplace.compiled_sql import CompiledInsert
+    from orders.models import Quote, SensorAddon
+    from orders.services import DatasetRequest, _priced_quote
+
+    insert = CompiledInsert(Quote)
+    organization = accounts.organization_create(name="o", kind=Organization.Kind.CUSTOMER)
+    sensors = list(SensorAddon.objects.values_list("slug", flat=True))
+    rng = random.Random(19)
+    created = Quote._meta.get_field("created_at")
+    for _ in range(60):
+        # given quotes priced from varied requests, anonymous or not
+        request = DatasetRequest(
+            task_type=rng.choice(["bin-picking", "peg-insertion", "cloth-folding", "pouring"]),
+            embodiment=rng.choice(["franka-fr3", "ur5e", "aloha-bimanual"]),
+            hours=Decimal(rng.randint(1_000, 200_000)) / 100,
+            environments=rng.randint(1, 10),
+            complexity=rng.choice([None, 1, 3, 5]),
+            objects_per_environment=rng.randint(1, 5),
+            sensors=tuple(rng.sample(sensors, rng.randint(0, len(sensors)))),
+            rush=rng.random() < 0.5,
+        )
+        quote = _priced_quote(organization=rng.choice([None, organization]), request=request)
+        # when its values are prepared, and the ORM's for the same instance
+        ours, theirs = insert.values(quote), _orm_values(quote)
+        # then they are the same values of the same types (the creation moment: each its own)
+        for field, mine, orm in zip(Quote._meta.local_concrete_fields, ours, theirs, strict=True):
+            assert type(mine) is type(orm), field.name
+            if field is not created:
+                assert _comparable(mine) == _comparable(orm), field.name
+        assert ours[Quote._meta.local_concrete_fields.index(created)].tzinfo is not None
+
+
+@pytest.mark.django_db
+def test_a_compiled_insert_leaves_other_values_to_the_fields_own_preparation():
+    import datetime
+    from decimal import Decimal
+
+    from django.core.exceptions import ValidationError
+
+    from marketplace.compiled_sql import CompiledInsert
+    from orders.models import Quote
+    from orders.services import DatasetRequest, _priced_quote
+
+    insert = CompiledInsert(Quote)
+    fields = Quote._meta.local_concrete_fields
+    position = {field.attname: fields.index(field) for field in fields}
+    quote = _priced_quote(
+        organization=None,
+        request=DatasetRequest(task_type="peg-insertion", embodiment="ur5e", hours=Decimal(3)),
+    )
+    # values of other types than the plain ones take the field's own path, as the ORM does
+    quote.environments, quote.hours, quote.rush = "4", "12.50", 1
+    ours, theirs = insert.values(quote), _orm_values(quote)
+    for name in ("environments", "hours", "rush"):
+        assert type(ours[position[name]]) is type(theirs[position[name]]), name
+        assert ours[position[name]] == theirs[position[name]], name
+    assert ours[position["environments"]] == 4 and ours[position["hours"]] == Decimal("12.50")
+    # a naive moment: made aware, with the field's warning
+    quote.expires_at = datetime.datetime(2030, 1, 1, 12)
+    with pytest.warns(RuntimeWarning):
+        moment = insert.values(quote)[position["expires_at"]]
+    with pytest.warns(RuntimeWarning):
+        assert moment.tzinfo is not None and moment == _orm_values(quote)[position["expires_at"]]
+    # a Decimal that is no number is refused as the field refuses it
+    quote.expires_at, quote.total = datetime.datetime.now(datetime.UTC), Decimal("NaN")
+    with pytest.raises(ValidationError):
+        insert.values(quote)
+    with pytest.raises(ValidationError):
+        _orm_values(quote)
