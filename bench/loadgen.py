@@ -83,6 +83,18 @@ def cpu_seconds(marker: bytes) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def machine_cpu_ticks() -> tuple[int, int]:
+    """(all, idle) CPU ticks of the whole machine so far, from /proc/stat (idle with iowait)."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields), fields[3] + fields[4]
+
+
+def idle_share(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """The share of the machine's CPU left idle between two machine_cpu_ticks()."""
+    total, idle = after[0] - before[0], after[1] - before[1]
+    return idle / total if total else 0.0
+
+
 def server_cpu_seconds(port: int) -> float:
     """CPU of the gunicorn processes serving `port` (master and workers)."""
     return cpu_seconds(f"127.0.0.1:{port}".encode())

@@ -1,14 +1,19 @@
 """Quote endpoint vs a bare DRF endpoint, on one gunicorn server, under the same load.
 
-    python bench/quote_bench.py [--seconds 5] [--clients 8] [--rounds 3]
+    python bench/quote_bench.py [--seconds 5] [--clients 8] [--rounds 3] [--workers 4 2]
 
-Starts gunicorn (2 workers) on 127.0.0.1 against PostgreSQL (BENCH_DATABASE_URL, default
+Starts gunicorn on 127.0.0.1 against PostgreSQL (BENCH_DATABASE_URL, default
 postgres://postgres@127.0.0.1:5432/marketplace_bench, created and migrated if needed),
 then alternates timed rounds: quote, bare, quote, bare ... with the same number of client
-processes, and prints requests/s, p50/p99 latency, errors, and the CPU per request of the
-gunicorn server and of the database's PostgreSQL backends (medians over rounds) of each,
-and their throughput ratio.
-Bounded: rounds x 2 x seconds of load, loopback only.
+processes, and prints requests/s, p50/p99 latency, errors, the CPU per request of the
+gunicorn server and of the database's PostgreSQL backends, and the share of the machine's
+CPU left idle (medians over rounds) of each, and their throughput ratio.
+
+Once per worker count in --workers, each with a server of its own: 4 is how the production
+checklist (README) runs gunicorn; with 2 (one per core) a sync worker that waits for
+PostgreSQL to make a quote durable (its commit's flush to disk) leaves its core idle, which
+the bare endpoint, touching no database, never does: the idle column shows that share.
+Bounded: len(workers) x rounds x 2 x seconds of load, loopback only.
 """
 
 import argparse
@@ -26,19 +31,28 @@ from bench.loadgen import (
     database_cpu_seconds,
     ensure_database,
     gunicorn,
+    idle_share,
+    machine_cpu_ticks,
     post_load,
     server_cpu_seconds,
 )
 
+PRODUCTION_WORKERS = 4  # README's production checklist: gunicorn marketplace.wsgi -w 4
+
 
 def measured_load(port: int, database: str, path: str, body: str, **load) -> dict:
     """post_load, with the CPU per request of the gunicorn server and of the database's
-    PostgreSQL backends over the round."""
-    server, db = server_cpu_seconds(port), database_cpu_seconds(database)
+    PostgreSQL backends over the round, and the share of the machine's CPU left idle."""
+    server, db, machine = (
+        server_cpu_seconds(port),
+        database_cpu_seconds(database),
+        machine_cpu_ticks(),
+    )
     row = post_load(port, path, body, **load)
     requests = max(row["requests"], 1)
     row["cpu_ms"] = (server_cpu_seconds(port) - server) * 1000 / requests
     row["db_cpu_ms"] = (database_cpu_seconds(database) - db) * 1000 / requests
+    row["idle"] = idle_share(machine, machine_cpu_ticks())
     return row
 
 
@@ -55,6 +69,32 @@ QUOTE_BODY = json.dumps(
 BARE_BODY = json.dumps({"hours": "120"})
 
 
+def summary(rounds: list[dict]) -> dict:
+    return {
+        "rps": statistics.median(r["rps"] for r in rounds),
+        "p50_ms": statistics.median(r["p50_ms"] for r in rounds),
+        "p99_ms": statistics.median(r["p99_ms"] for r in rounds),
+        "errors": sum(r["errors"] for r in rounds),
+        "cpu_ms": statistics.median(r["cpu_ms"] for r in rounds),
+        "db_cpu_ms": statistics.median(r["db_cpu_ms"] for r in rounds),
+        "idle": statistics.median(r["idle"] for r in rounds),
+        "requests": sum(r["requests"] for r in rounds),
+    }
+
+
+def compare(env: dict, database: str, workers: int, args) -> tuple[dict, dict]:
+    """Alternating quote and bare rounds on one gunicorn of `workers` workers."""
+    with gunicorn(env, workers=workers) as port:
+        post_load(port, "/api/v1/quotes", QUOTE_BODY, seconds=1.0, clients=2)  # warm up
+        post_load(port, "/bench/bare", BARE_BODY, seconds=1.0, clients=2)
+        quote_rounds, bare_rounds = [], []
+        for _ in range(args.rounds):
+            load = {"seconds": args.seconds, "clients": args.clients}
+            quote_rounds.append(measured_load(port, database, "/api/v1/quotes", QUOTE_BODY, **load))
+            bare_rounds.append(measured_load(port, database, "/bench/bare", BARE_BODY, **load))
+    return summary(quote_rounds), summary(bare_rounds)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -62,6 +102,13 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        nargs="+",
+        default=[PRODUCTION_WORKERS, 2],
+        help="gunicorn worker counts, one server each (default: 4, as in production, and 2)",
+    )
     args = parser.parse_args()
 
     database_url = os.environ.get(
@@ -76,42 +123,27 @@ def main() -> int:
         "PYTHONPATH": str(ROOT),
     }
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    with gunicorn(env) as port:
-        post_load(port, "/api/v1/quotes", QUOTE_BODY, seconds=1.0, clients=2)  # warm up
-        post_load(port, "/bench/bare", BARE_BODY, seconds=1.0, clients=2)
-        quote_rounds, bare_rounds = [], []
-        for _ in range(args.rounds):
-            load = {"seconds": args.seconds, "clients": args.clients}
-            quote_rounds.append(measured_load(port, database, "/api/v1/quotes", QUOTE_BODY, **load))
-            bare_rounds.append(measured_load(port, database, "/bench/bare", BARE_BODY, **load))
-
-    def summary(rounds):
-        return {
-            "rps": statistics.median(r["rps"] for r in rounds),
-            "p50_ms": statistics.median(r["p50_ms"] for r in rounds),
-            "p99_ms": statistics.median(r["p99_ms"] for r in rounds),
-            "errors": sum(r["errors"] for r in rounds),
-            "cpu_ms": statistics.median(r["cpu_ms"] for r in rounds),
-            "db_cpu_ms": statistics.median(r["db_cpu_ms"] for r in rounds),
-            "requests": sum(r["requests"] for r in rounds),
-        }
-
-    quote, bare = summary(quote_rounds), summary(bare_rounds)
-    print(
-        f"gunicorn 2 workers, {args.clients} client processes,"
-        f" {args.rounds} x {args.seconds}s rounds each"
-    )
-    print(
-        f"{'endpoint':<22}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'requests':>10}{'errors':>8}"
-        f"{'CPU ms':>8}{'DB CPU ms':>11}"
-    )
-    for name, row in (("POST /api/v1/quotes", quote), ("POST /bench/bare", bare)):
+    errors = 0
+    for workers in args.workers:
+        quote, bare = compare(env, database, workers, args)
+        errors += quote["errors"] + bare["errors"]
+        production = " (as in production)" if workers == PRODUCTION_WORKERS else ""
         print(
-            f"{name:<22}{row['rps']:>10.1f}{row['p50_ms']:>10.2f}{row['p99_ms']:>10.2f}"
-            f"{row['requests']:>10}{row['errors']:>8}{row['cpu_ms']:>8.2f}{row['db_cpu_ms']:>11.2f}"
+            f"gunicorn {workers} workers{production}, {args.clients} client processes,"
+            f" {args.rounds} x {args.seconds:g}s rounds each"
         )
-    print(f"ratio quote/bare throughput: {quote['rps'] / bare['rps']:.3f}")
-    return 1 if quote["errors"] or bare["errors"] else 0
+        print(
+            f"{'endpoint':<22}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'requests':>10}"
+            f"{'errors':>8}{'CPU ms':>8}{'DB CPU ms':>11}{'idle':>7}"
+        )
+        for name, row in (("POST /api/v1/quotes", quote), ("POST /bench/bare", bare)):
+            print(
+                f"{name:<22}{row['rps']:>10.1f}{row['p50_ms']:>10.2f}{row['p99_ms']:>10.2f}"
+                f"{row['requests']:>10}{row['errors']:>8}{row['cpu_ms']:>8.2f}"
+                f"{row['db_cpu_ms']:>11.2f}{row['idle']:>6.0%}"
+            )
+        print(f"ratio quote/bare throughput ({workers} workers): {quote['rps'] / bare['rps']:.3f}")
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":

@@ -79,10 +79,20 @@ class PreparingCursor(base.ServerBindingCursor):
             connection.prepare_threshold = None
 
 
+class KeptPreparingCursor(PreparingCursor):
+    """A PreparingCursor that a wrapper's close() leaves open, reused for its connection's
+    life (DatabaseWrapper.prepared_cursor); it goes with its connection."""
+
+    timezone = None
+
+    def close(self):
+        pass
+
+
 class DatabaseOperations(operations.DatabaseOperations):
     def last_executed_query(self, cursor, sql, params):
         # logged (DEBUG, captured queries) as Django logs a server-binding connection's
-        if isinstance(cursor, PreparingCursor):
+        if isinstance(cursor, PreparingCursor):  # kept ones included
             try:
                 return self.compose_sql(sql, params)
             except psycopg.errors.DataError:
@@ -99,18 +109,28 @@ class DatabaseWrapper(base.DatabaseWrapper):
         psycopg, and its statements prepared once per connection: psycopg keeps their names
         per connection, so a new connection (after a dropped one) prepares them again, and a
         rollback deallocates them. OPTIONS `prepare_threshold` set to None (a pooler that
-        cannot keep prepared statements) turns it into `cursor()`."""
+        cannot keep prepared statements) turns it into `cursor()`.
+
+        The psycopg cursor under it is kept for the connection's life (closing the wrapper
+        leaves it open): each new cursor would set up its adapters again, a dumper per type
+        of value, which costs a hot insert more than binding its values."""
         options = self.settings_dict["OPTIONS"]
         if "prepare_threshold" in options and options["prepare_threshold"] is None:
             return self.cursor()
         self.close_if_health_check_failed()
         self.ensure_connection()
-        with self.wrap_database_errors:
-            cursor = PreparingCursor(self.connection)
-            tzloader = self.connection.adapters.get_loader(_TIMESTAMPTZ_OID, pq.Format.TEXT)
-            if self.timezone != tzloader.timezone:
-                base.register_tzloader(self.timezone, cursor)
-            return self._prepare_cursor(cursor)
+        kept = self._kept_cursor
+        if kept is None or kept.connection is not self.connection or kept.timezone != self.timezone:
+            with self.wrap_database_errors:
+                kept = KeptPreparingCursor(self.connection)
+                kept.timezone = self.timezone
+                tzloader = self.connection.adapters.get_loader(_TIMESTAMPTZ_OID, pq.Format.TEXT)
+                if self.timezone != tzloader.timezone:
+                    base.register_tzloader(self.timezone, kept)
+            self._kept_cursor = kept
+        return self._prepare_cursor(kept)
+
+    _kept_cursor = None
 
     def get_connection_params(self):
         params = super().get_connection_params()

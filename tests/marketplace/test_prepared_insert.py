@@ -6,7 +6,7 @@ import copy
 from decimal import Decimal
 
 import pytest
-from django.db import connection, connections
+from django.db import IntegrityError, connection, connections
 from django.test.utils import CaptureQueriesContext
 
 from marketplace.compiled_sql import CompiledInsert
@@ -97,6 +97,39 @@ def test_after_the_server_dropped_the_connection_the_insert_is_prepared_again(ke
     with kept.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM orders_quote WHERE id = %s", [quote.pk])
         assert cursor.fetchone() == (1,)
+
+
+@postgresql_only
+@pytest.mark.django_db
+def test_the_cursor_under_it_is_kept_for_the_connections_life(kept):
+    insert = CompiledInsert(Quote)
+    save_quotes(kept, insert, 1)
+    first = kept.prepared_cursor().cursor
+    # when more quotes are stored, each counted, on the same psycopg cursor, left open
+    with CaptureQueriesContext(kept) as captured:
+        quotes = save_quotes(kept, insert, 2)
+    assert len(captured.captured_queries) == 2
+    assert kept.prepared_cursor().cursor is first and not first.closed
+    # an error on it (a quote stored twice) leaves it usable for the next one
+    with pytest.raises(IntegrityError):
+        insert.save(quotes[0], using=kept.alias)
+    (again,) = save_quotes(kept, insert, 1)
+    assert kept.prepared_cursor().cursor is first
+    # a new connection, or another time zone for its timestamps, gets a cursor of its own
+    kept.close()
+    save_quotes(kept, insert, 1)
+    renewed = kept.prepared_cursor().cursor
+    assert renewed is not first and renewed.connection is kept.connection
+    # the database's own time zone (a copy: the dict is the default alias's too)
+    kept.settings_dict = {**kept.settings_dict, "TIME_ZONE": "Europe/Paris"}
+    del kept.timezone  # as Django's setting_changed receiver drops it
+    assert kept.prepared_cursor().cursor is not renewed
+    with kept.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM orders_quote WHERE id = ANY(%s)",
+            [[q.pk for q in (*quotes, again)]],
+        )
+        assert cursor.fetchone() == (3,)
 
 
 @postgresql_only
