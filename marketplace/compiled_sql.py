@@ -7,7 +7,9 @@ positions of the sentinels among the statement's parameters are kept; each reque
 statement with its values at those positions, through Django's cursor (query counting,
 execute wrappers and health checks as for any query), and the rows get the same conversions
 the ORM applies (`from_db_value` of each selected column). The queryset stays the source of
-the query (on every database Django supports): only its compilation is reused.
+the query (on every database Django supports): only its compilation is reused. On
+PostgreSQL (marketplace.postgresql) the statement is also prepared once per connection
+(`prepared_cursor()`): PostgreSQL parses and plans it once, then only binds each call's values.
 
 Values are passed as the ORM would pass them once prepared for the database: UUIDs as UUID
 objects (or their hex on a database without a UUID type), strings as strings, datetimes aware
@@ -80,7 +82,8 @@ class CompiledQuery:
         params = list(params)
         for index, name, spelling in slots:
             params[index] = spelling(values[name])
-        with connections[alias].cursor() as cursor:
+        connection = connections[alias]
+        with getattr(connection, "prepared_cursor", connection.cursor)() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
         if converters:

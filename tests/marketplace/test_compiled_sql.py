@@ -265,3 +265,36 @@ def test_a_compiled_insert_leaves_other_values_to_the_fields_own_preparation():
         insert.values(quote)
     with pytest.raises(ValidationError):
         _orm_values(quote)
+
+
+def _prepared_runs(sql_like: str) -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans + custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE %s",
+            [sql_like],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's prepared statements")
+@pytest.mark.django_db
+def test_on_postgresql_a_compiled_read_is_prepared_once_and_rerun_with_each_value():
+    keys = [
+        accounts.api_key_create(
+            organization=accounts.organization_create(
+                name=f"p {n}", kind=Organization.Kind.CUSTOMER
+            ),
+            name="k",
+        ).api_key
+        for n in range(3)
+    ]
+    statement = 'SELECT %"marketplace_apikey"."prefix" = $1%'
+    before = sum(_prepared_runs(statement))
+    # when three keys are read by prefix, each finds its own
+    for key in keys:
+        (found,) = KEY_BY_PREFIX.models(prefix=key.prefix)
+        assert found.pk == key.pk
+    # then one statement was prepared on the connection, and run three more times
+    runs = _prepared_runs(statement)
+    assert len(runs) == 1 and runs[0] - before == 3
