@@ -25,18 +25,22 @@ EVENTS = CompiledQuery(
 )
 
 
-@pytest.mark.django_db
-def test_model_rows_equal_the_orm_and_each_call_takes_its_own_value():
-    # given two keys of two organizations
-    keys = [
+def _keys_of_organizations(count: int) -> list[ApiKey]:
+    return [
         accounts.api_key_create(
             organization=accounts.organization_create(
                 name=f"org {n}", kind=Organization.Kind.CUSTOMER
             ),
             name="k",
         ).api_key
-        for n in range(2)
+        for n in range(count)
     ]
+
+
+@pytest.mark.django_db
+def test_model_rows_equal_the_orm_and_each_call_takes_its_own_value():
+    # given two keys of two organizations
+    keys = _keys_of_organizations(2)
     for key in keys:
         # when each is read by its prefix through the compiled query, in one statement
         with CaptureQueriesContext(connection) as ctx:
@@ -280,15 +284,7 @@ def _prepared_runs(sql_like: str) -> list[int]:
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's prepared statements")
 @pytest.mark.django_db
 def test_on_postgresql_a_compiled_read_is_prepared_once_and_rerun_with_each_value():
-    keys = [
-        accounts.api_key_create(
-            organization=accounts.organization_create(
-                name=f"p {n}", kind=Organization.Kind.CUSTOMER
-            ),
-            name="k",
-        ).api_key
-        for n in range(3)
-    ]
+    keys = _keys_of_organizations(3)
     statement = 'SELECT %"marketplace_apikey"."prefix" = $1%'
     before = sum(_prepared_runs(statement))
     # when three keys are read by prefix, each finds its own
