@@ -173,12 +173,12 @@ def _value_preparers(fields, connection) -> list[tuple]:
         target = field.target_field if field.is_relation else field
         plain = {}
         if isinstance(target, models.IntegerField):  # AutoFields included
-            prepared = field.get_db_prep_save(7, connection=connection)
+            prepared = _prepared_sample(field, 7, connection)
             wrapper = type(prepared)
             if issubclass(wrapper, int) and wrapper is not bool and prepared == 7:
                 plain[int] = _same if wrapper is int else wrapper
         for classes, kind, sample in _PLAIN_SAMPLES:
-            if type(target) in classes and field.get_db_prep_save(sample, connection) is sample:
+            if type(target) in classes and _prepared_sample(field, sample, connection) is sample:
                 plain[kind] = _PLAIN_GUARDS.get(kind, _same)
         if type(field).pre_save is models.Field.pre_save:
             read = operator.attrgetter(field.attname)
@@ -186,6 +186,13 @@ def _value_preparers(fields, connection) -> list[tuple]:
             read = functools.partial(_pre_save, field)
         preparers.append((field, read, plain))
     return preparers
+
+
+def _prepared_sample(field, sample, connection):
+    try:
+        return field.get_db_prep_save(sample, connection=connection)
+    except Exception:  # a field or backend that refuses the sample keeps its own path
+        return _DECLINED
 
 
 def _pre_save(field, instance):

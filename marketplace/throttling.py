@@ -103,7 +103,7 @@ class IdentifiedCallerRateThrottle(CallerRateThrottle):
 
 # Endpoints open to anyone: anonymous callers at API_THROTTLE_ANON by address, callers with an
 # API key or a session at API_THROTTLE_USER; each request is one throttle check.
-PUBLIC_THROTTLES = [AnonRateThrottle, IdentifiedCallerRateThrottle]
+PUBLIC_THROTTLES = (AnonRateThrottle, IdentifiedCallerRateThrottle)
 
 __all__ = [
     "PUBLIC_THROTTLES",

@@ -294,3 +294,28 @@ def test_on_postgresql_a_compiled_read_is_prepared_once_and_rerun_with_each_valu
     # then one statement was prepared on the connection, and run three more times
     runs = _prepared_runs(statement)
     assert len(runs) == 1 and runs[0] - before == 3
+
+
+@pytest.mark.django_db
+def test_a_field_that_refuses_the_sample_keeps_its_own_preparation(monkeypatch):
+    import uuid
+
+    from django.db import models
+
+    from marketplace.compiled_sql import _value_preparers
+    from orders.models import Quote
+
+    prepare = models.UUIDField.get_db_prep_save
+
+    def refusing(field, value, connection):
+        if value == uuid.UUID(int=1):  # the sample only
+            raise ValueError("not this one")
+        return prepare(field, value, connection)
+
+    monkeypatch.setattr(models.UUIDField, "get_db_prep_save", refusing)
+    preparers = {
+        f.attname: plain
+        for f, _, plain in _value_preparers(Quote._meta.local_concrete_fields, connection)
+    }
+    assert uuid.UUID not in preparers["id"]
+    assert str in preparers["currency"]  # the others as before
