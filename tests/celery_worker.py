@@ -90,6 +90,7 @@ class Worker:
     ):
         self.queues = queues
         self.app = app
+        self.name = uuid.uuid4().hex[:8]
         db = connection.settings_dict
         self.env = {
             **os.environ,
@@ -109,7 +110,8 @@ class Worker:
 
     def start(self, timeout: float = 90) -> None:
         self.starts += 1
-        self.log = self.log_dir / f"worker-{self.starts}.log"
+        # one log per worker and start: workers of one test share the folder
+        self.log = self.log_dir / f"worker-{self.queues}-{self.name}-{self.starts}.log"
         handle = self.log.open("wb")
         self.process = subprocess.Popen(
             [
@@ -154,8 +156,12 @@ class Worker:
             self.process.wait(timeout=30)
 
     def stop(self) -> None:
+        """Celery's warm shutdown: SIGTERM to the main process only, which lets the pool
+        finish the tasks it runs (their after-commit publishing included). A pool child
+        itself dies at once on SIGTERM (Celery resets it to the default), so signalling the
+        whole group could cut a task between its commit and what it queues after it."""
         if self.process and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
+            os.kill(self.process.pid, signal.SIGTERM)
             try:
                 self.process.wait(timeout=15)
             except subprocess.TimeoutExpired:
