@@ -72,16 +72,26 @@ class CompiledQuery:
         names = [*query.extra_select, *query.values_select, *query.annotation_select]
         return sql, list(params), slots, compiler, converters, names, queryset.model
 
-    def _run(self, values: dict) -> tuple[list, tuple]:
-        alias = "default"
+    def _compiled_for(self, alias: str) -> tuple:
         compiled = self._compiled.get(alias)
         if compiled is None:
             with self._lock:
                 compiled = self._compiled.setdefault(alias, self._compile(alias))
-        sql, params, slots, compiler, converters, _, _ = compiled
-        params = list(params)
-        for index, name, spelling in slots:
+        return compiled
+
+    def bound(self, values: dict, alias: str = "default") -> tuple[str, list]:
+        """The compiled statement and its parameters with these values in their places."""
+        compiled = self._compiled_for(alias)
+        params = list(compiled[1])
+        for index, name, spelling in compiled[2]:
             params[index] = spelling(values[name])
+        return compiled[0], params
+
+    def _run(self, values: dict) -> tuple[list, tuple]:
+        alias = "default"
+        compiled = self._compiled_for(alias)
+        _, _, _, compiler, converters, _, _ = compiled
+        sql, params = self.bound(values, alias)
         connection = connections[alias]
         with getattr(connection, "prepared_cursor", connection.cursor)() as cursor:
             cursor.execute(sql, params)
@@ -222,7 +232,12 @@ class CompiledInsert:
 
     On PostgreSQL (marketplace.postgresql) the statement runs through the backend's
     `prepared_cursor()`: its values bound by the server, not quoted into the text by psycopg,
-    and the statement prepared once per connection; elsewhere (SQLite) through `cursor()`."""
+    and the statement prepared once per connection; elsewhere (SQLite) through `cursor()`.
+
+    `save(instance, only_if=Exists(query, ...))` stores the row only if that query finds a row
+    at that moment, in the same one statement (`INSERT ... SELECT <values> WHERE EXISTS
+    (<query>)`): a check that rides in the write instead of costing a round trip of its own
+    (an API key still unrevoked, marketplace/authentication.py). It says whether it stored."""
 
     def __init__(self, model):
         meta = model._meta
@@ -233,6 +248,7 @@ class CompiledInsert:
         self.model = model
         self.fields = list(meta.local_concrete_fields)
         self._sql: dict[str, str] = {}
+        self._guarded_sql: dict[tuple, str] = {}  # (alias, condition's query) -> statement
         self._preparers: dict[str, list] = {}
 
     def _compile(self, alias: str) -> str:
@@ -265,26 +281,47 @@ class CompiledInsert:
             params.append(prepared)
         return params
 
-    def save(self, instance, using: str = "default") -> None:
+    def _statement(self, using: str, only_if: "Exists | None") -> tuple[str, list]:
+        sql = self._sql.get(using)
+        if sql is None:
+            sql = self._sql.setdefault(using, self._compile(using))
+        if only_if is None:
+            return sql, []
+        condition_sql, condition_params = only_if.query.bound(only_if.values, using)
+        guarded = self._guarded_sql.get((using, only_if.query))
+        if guarded is None:
+            head, values_clause, row = sql.partition(" VALUES (")
+            if not values_clause or not row.endswith(")") or "VALUES (" in row:
+                raise ValueError(f"{self.model.__name__}: its insert is not one row of values.")
+            guarded = f"{head} SELECT {row[:-1]} WHERE EXISTS ({condition_sql})"
+            self._guarded_sql[(using, only_if.query)] = guarded
+        return guarded, condition_params
+
+    def save(self, instance, using: str = "default", *, only_if: "Exists | None" = None) -> bool:
+        """Insert `instance` (see the class docstring); False when `only_if` found no row, and
+        then nothing was stored, the instance stays unsaved and post_save is not sent."""
         from django.db.models.signals import post_save, pre_save
 
         if instance.pk is None:
             raise ValueError("The primary key is set before the insert.")
         if any(hasattr(getattr(instance, f.attname), "resolve_expression") for f in self.fields):
+            if only_if is not None and not only_if.holds(using):
+                return False
             instance.save(force_insert=True, using=using)  # compiled by the ORM for it
-            return
+            return True
         connection = connections[using]
         instance._prepare_related_fields_for_save(operation_name="save")
         pre_save.send(
             sender=self.model, instance=instance, raw=False, using=using, update_fields=None
         )
         params = self.values(instance, using)
-        sql = self._sql.get(using)
-        if sql is None:
-            sql = self._sql.setdefault(using, self._compile(using))
+        sql, condition_params = self._statement(using, only_if)
         cursor_of = getattr(connection, "prepared_cursor", connection.cursor)
         with cursor_of() as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(sql, params + condition_params)
+            stored = only_if is None or cursor.rowcount == 1
+        if not stored:
+            return False
         instance._state.adding = False
         instance._state.db = using
         post_save.send(
@@ -295,3 +332,19 @@ class CompiledInsert:
             raw=False,
             using=using,
         )
+        return True
+
+
+class Exists:
+    """A condition for CompiledInsert.save(only_if=...): `query` (a CompiledQuery) run with
+    these values finds a row."""
+
+    def __init__(self, query: CompiledQuery, **values):
+        self.query = query
+        self.values = values
+
+    def holds(self, using: str = "default") -> bool:
+        sql, params = self.query.bound(self.values, using)
+        with connections[using].cursor() as cursor:
+            cursor.execute(f"SELECT EXISTS ({sql})", params)
+            return bool(cursor.fetchone()[0])

@@ -15,6 +15,7 @@ from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from marketplace.authentication import KeyCheckedInWrite
 from marketplace.conditional import conditional_response
 from marketplace.error_codes import ErrorCode as CommonCode
 from marketplace.errors import ServiceError
@@ -256,15 +257,20 @@ class QuoteSerializer(PricedSpecSerializer):
         summary="Price a dataset (anonymous callers welcome, throttled)",
     )
 )
-class QuoteCreate(APIView):
+class QuoteCreate(KeyCheckedInWrite, APIView):
     permission_classes = [AllowAny]
     throttle_classes = PUBLIC_THROTTLES
 
     def post(self, request):
         caller = caller_for_request(request)
         quote = services.quote_create(
-            organization=caller.organization, request=_dataset_request(request.data)
+            organization=caller.organization,
+            request=_dataset_request(request.data),
+            # a key this process holds is not read again: the INSERT stores the quote only
+            # while it is unrevoked (KeyCheckedInWrite), one statement in all
+            only_if=self.write_condition(request),
         )
+        self.written(request, stored=quote is not None)
         # the hot path: the same fields as QuoteSerializer, built directly (tested equal)
         return Response(quote_representation(quote), status=status.HTTP_201_CREATED)
 

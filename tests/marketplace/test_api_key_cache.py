@@ -1,12 +1,15 @@
 """The cheap API-key lookup (marketplace/api_key_cache.py): one SELECT of the key without joins
 per request on the embedded cache, none on a warm key with a shared cache, and revocation
-refused on the very next request in both, from another server process included."""
+refused on the very next request in both, from another server process included. A quote
+(authentication.KeyCheckedInWrite) reads no key at all once held: its INSERT checks it."""
 
+import json
 import os
 import subprocess
 import sys
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,7 @@ REDIS_CACHE = {
     }
 }
 ERROR_KEYS = {"code", "message", "fields"}
+QUOTE = {"task_type": "peg-insertion", "embodiment": "franka-fr3", "hours": "12"}
 
 
 def _me(client):
@@ -125,8 +129,10 @@ def test_hostile_keys_are_401_in_the_one_error_shape(customer, shared, request):
     assert customer.client.get("/api/v1/me").status_code == 200  # untouched by the attempts
 
 
-@pytest.mark.django_db(transaction=True)
-def test_revocation_reaches_every_gunicorn_process_at_once(customer, redis_cache, tmp_path):
+@contextmanager
+def _gunicorn(tmp_path, **env):
+    """marketplace.wsgi on 3 workers against the test database; yields call(method, path,
+    key, body) -> the status code."""
     from tests.faults.conftest import worker_database_url
     from tests.security.test_hardening import _free_port
 
@@ -135,9 +141,11 @@ def test_revocation_reaches_every_gunicorn_process_at_once(customer, redis_cache
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "marketplace.settings",
         "DATABASE_URL": worker_database_url("mk_api_key_cache_web"),
-        "REDIS_URL": f"redis://127.0.0.1:6379/{REDIS_DB}",
         "API_KEY_CACHE_SECONDS": "600",
+        **env,
     }
+    if not env.get("REDIS_URL"):
+        env.pop("REDIS_URL", None)  # the embedded per-process cache
     log = (tmp_path / "gunicorn.log").open("wb")
     gunicorn = Path(sys.executable).with_name("gunicorn")
     server = subprocess.Popen(
@@ -148,11 +156,13 @@ def test_revocation_reaches_every_gunicorn_process_at_once(customer, redis_cache
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    base = f"http://127.0.0.1:{port}"
 
-    def me() -> int:
+    def call(method: str, path: str, key: str, body: dict | None = None) -> int:
         request = urllib.request.Request(
-            f"{base}/api/v1/me", headers={"Authorization": f"Bearer {customer.raw_key}"}
+            f"http://127.0.0.1:{port}{path}",
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
         )
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
@@ -163,13 +173,142 @@ def test_revocation_reaches_every_gunicorn_process_at_once(customer, redis_cache
             return 0
 
     try:
-        wait_for(lambda: me() == 200, timeout=45, what="gunicorn")
-        before = [me() for _ in range(12)]  # every worker now holds the key
-        services.api_key_revoke(api_key=customer.api_key)  # in this process
-        after = [me() for _ in range(12)]
+        yield call
     finally:
         server.terminate()
         server.wait(timeout=15)
         log.close()
-    assert before == [200] * 12
-    assert after == [401] * 12
+
+
+@pytest.mark.django_db(transaction=True)
+def test_revocation_reaches_every_gunicorn_process_at_once(customer, redis_cache, tmp_path):
+    with _gunicorn(tmp_path, REDIS_URL=f"redis://127.0.0.1:6379/{REDIS_DB}") as call:
+        wait_for(lambda: call("GET", "/api/v1/me", customer.raw_key) == 200, 45, "gunicorn")
+        before = [call("GET", "/api/v1/me", customer.raw_key) for _ in range(12)]
+        quotes = [call("POST", "/api/v1/quotes", customer.raw_key, QUOTE) for _ in range(6)]
+        services.api_key_revoke(api_key=customer.api_key)  # in this process
+        after = [call("GET", "/api/v1/me", customer.raw_key) for _ in range(12)]
+        after += [call("POST", "/api/v1/quotes", customer.raw_key, QUOTE) for _ in range(6)]
+    assert before == [200] * 12 and quotes == [201] * 6
+    assert after == [401] * 18
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_a_shared_cache_a_key_revoked_elsewhere_stores_no_quote_in_any_process(
+    customer, tmp_path
+):
+    from orders.models import Quote
+
+    # given: 3 gunicorn processes on the embedded per-process cache, each quote's key held by
+    # the process that took it (the first quote of each process read it)
+    with _gunicorn(tmp_path, REDIS_URL="") as call:
+        wait_for(lambda: call("GET", "/api/v1/me", customer.raw_key) == 200, 45, "gunicorn")
+        before = [call("POST", "/api/v1/quotes", customer.raw_key, QUOTE) for _ in range(18)]
+        stored = Quote.objects.filter(organization=customer.organization).count()
+        # when: revoked here, which no server process hears of
+        services.api_key_revoke(api_key=customer.api_key)
+        after = [call("POST", "/api/v1/quotes", customer.raw_key, QUOTE) for _ in range(18)]
+    # then: every quote after it refused, none stored
+    assert before == [201] * 18 and stored == 18
+    assert after == [401] * 18
+    assert Quote.objects.filter(organization=customer.organization).count() == stored
+
+
+# --- A quote's INSERT checks the key itself (authentication.KeyCheckedInWrite) ---------------
+
+
+def _quote(client, body=None):
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post("/api/v1/quotes", body or QUOTE, format="json")
+    return response, [q["sql"] for q in queries]
+
+
+def _revoked_behind_this_process(api_key):
+    # as another process revokes it with no shared cache to tell this one: no signal here
+    ApiKey.objects.filter(pk=api_key.pk).update(revoked_at="2026-01-01T00:00:00Z")
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_held_keys_quote_is_one_statement_that_checks_the_key(customer, shared, request):
+    from orders.models import Quote
+
+    if shared:
+        request.getfixturevalue("redis_cache")
+    first, sqls = _quote(customer.client)  # read as usual (and recorded as used): then held
+    assert first.status_code == 201 and len(_key_selects(sqls)) == 1
+    # when: the next quote with the same key
+    response, sqls = _quote(customer.client)
+    # then: one statement, the INSERT, which stores the quote only while the key is unrevoked
+    assert response.status_code == 201, response.json()
+    (insert,) = sqls
+    assert insert.startswith('INSERT INTO "orders_quote"')
+    assert 'WHERE EXISTS (SELECT "marketplace_apikey"."id"' in insert
+    assert '"marketplace_apikey"."revoked_at" IS NULL' in insert
+    stored = Quote.objects.get(pk=response.json()["id"])
+    assert stored.organization_id == customer.organization.id
+    assert str(stored.total) == response.json()["total"]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_held_key_revoked_elsewhere_stores_no_quote_and_is_refused(customer, shared, request):
+    from orders.models import Quote
+
+    if shared:
+        request.getfixturevalue("redis_cache")
+    assert _quote(customer.client)[0].status_code == 201  # held from here on
+    before = Quote.objects.count()
+    _revoked_behind_this_process(customer.api_key)
+    # when: a quote with the held key
+    response, sqls = _quote(customer.client)
+    # then: 401 in the one error shape, the write stored nothing, the copy is dropped
+    assert response.status_code == 401
+    assert set(response.json()) == ERROR_KEYS
+    assert response.json()["message"] == "This API key has been revoked."
+    assert response.headers["WWW-Authenticate"] == "Bearer"
+    assert Quote.objects.count() == before
+    assert [sql for sql in sqls if sql.startswith("INSERT")] != []  # refused by the write
+    assert api_key_cache.held(customer.api_key.prefix, customer.api_key.hashed_key) is None
+    # and again: read as usual now, refused before any write
+    response, sqls = _quote(customer.client)
+    assert response.status_code == 401 and Quote.objects.count() == before
+    assert [sql for sql in sqls if sql.startswith("INSERT")] == []
+
+
+def test_a_held_key_revoked_elsewhere_gets_its_401_on_a_request_that_writes_nothing(customer):
+    assert _quote(customer.client)[0].status_code == 201
+    bad = {**QUOTE, "hours": "-3"}
+    # a live key's invalid request: 400, the key read before the answer leaves
+    response, sqls = _quote(customer.client, bad)
+    assert response.status_code == 400 and len(_key_selects(sqls)) == 1
+    _revoked_behind_this_process(customer.api_key)
+    # when: the same invalid request with the revoked key, then: 401, not 400
+    response, sqls = _quote(customer.client, bad)
+    assert response.status_code == 401
+    assert response.json()["message"] == "This API key has been revoked."
+    assert len(_key_selects(sqls)) == 1
+
+
+def test_a_held_key_is_not_taken_by_other_endpoints_nor_after_its_time(customer, settings):
+    assert _quote(customer.client)[0].status_code == 201  # held
+    _revoked_behind_this_process(customer.api_key)
+    # an endpoint whose effect is not the checked write reads the key: refused
+    assert customer.client.get("/api/v1/me").status_code == 401
+    # a key held longer than API_KEY_CACHE_SECONDS is read again
+    settings.API_KEY_CACHE_SECONDS = 0
+    assert api_key_cache.held(customer.api_key.prefix, customer.api_key.hashed_key) is None
+
+
+def test_a_wrong_secret_never_takes_the_held_key(customer):
+    from orders.models import Quote
+
+    assert _quote(customer.client)[0].status_code == 201  # the real key is held
+    before = Quote.objects.count()
+    prefix = customer.api_key.prefix
+    secret = customer.raw_key.split("_", 2)[2]
+    client = APIClient()
+    client.credentials(
+        HTTP_AUTHORIZATION=f"Bearer mk_{prefix}_{secret[:-1]}{'A' if secret[-1] != 'A' else 'B'}"
+    )
+    response, sqls = _quote(client)
+    assert response.status_code == 401 and len(_key_selects(sqls)) == 1
+    assert Quote.objects.count() == before

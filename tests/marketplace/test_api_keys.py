@@ -126,3 +126,31 @@ def test_a_key_used_within_the_minute_is_not_written_again(customer):
         last_used_at=timezone.now() - timedelta(minutes=2)
     )
     assert len(key_updates()) == 1
+
+
+def test_a_copy_older_than_the_recorded_use_is_written_at_most_once(customer):
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    # given: this process's copy of the key last used 2 minutes ago, while another process
+    # recorded a use just now (a held copy, api_key_cache)
+    now = timezone.now()
+    copy = ApiKey.objects.get(pk=customer.api_key.pk)
+    copy.last_used_at = now - timedelta(minutes=2)
+    ApiKey.objects.filter(pk=copy.pk).update(last_used_at=now)
+    # when: it is touched twice
+    with CaptureQueriesContext(connection) as first:
+        services.api_key_touch(api_key=copy)
+    with CaptureQueriesContext(connection) as second:
+        services.api_key_touch(api_key=copy)
+    # then: one UPDATE that found the use recorded, then nothing for the minute
+    assert len(first.captured_queries) == 1 and second.captured_queries == []
+    assert ApiKey.objects.get(pk=copy.pk).last_used_at == now
+    # and a revoked key's use is not recorded
+    services.api_key_revoke(api_key=copy)
+    ApiKey.objects.filter(pk=copy.pk).update(last_used_at=None)
+    services.api_key_touch(api_key=ApiKey.objects.get(pk=copy.pk))
+    assert ApiKey.objects.get(pk=copy.pk).last_used_at is None

@@ -183,7 +183,17 @@ def test_on_sqlite_the_insert_runs_through_django_cursor(tmp_path):
         "stored = {q.pk: q.total for q in Quote.objects.all()}\n"
         "print(connection.vendor, hasattr(connection, 'prepared_cursor'),"
         " stored == {q.pk: q.total for q in quotes})\n"
+        "from marketplace import api_key_cache, services as accounts\n"
+        "org = accounts.organization_create(name='o', kind='customer')\n"
+        "key = accounts.api_key_create(organization=org, name='k').api_key\n"
+        "checked = services.quote_create(organization=org, request=request,"
+        " only_if=api_key_cache.still_active(key))\n"
+        "accounts.api_key_revoke(api_key=key)\n"
+        "refused = services.quote_create(organization=org, request=request,"
+        " only_if=api_key_cache.still_active(key))\n"
+        "print(Quote.objects.filter(organization=org).get().pk == checked.pk, refused)\n"
     )
-    # when quotes are stored, then they are, without a prepared cursor
+    # when quotes are stored (one held to its key being unrevoked, as a held key's quote is),
+    # then they are, without a prepared cursor; none once the key is revoked
     out = run_on_embedded_defaults(code, tmp_path)
-    assert out == ["sqlite", "False", "True"]
+    assert out == ["sqlite", "False", "True", "True", "None"]
