@@ -46,6 +46,13 @@ class BidOption:
     fleet_id: object
 
 
+class SitesById(tuple):
+    """(site_id, fleet_id) pairs already in site-id order (fleets/selectors.py builds them so):
+    the matcher takes them as they are instead of sorting every candidate list again."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True)
 class JobDemand:
     job_id: object
@@ -53,7 +60,8 @@ class JobDemand:
     environment_index: int
     hours: Decimal
     weeks: Decimal  # weeks until the job's deadline
-    sites: tuple  # eligible (site_id, fleet_id) by capability, kind, exclusions, usage
+    # eligible (site_id, fleet_id) by capability, kind, exclusions, usage (a SitesById: as given)
+    sites: tuple
     same_environment_sites: frozenset = frozenset()
     bids: tuple = ()  # BidOption, best first
     rank: tuple = ()  # tie-break between equally constrained jobs (e.g. order, sequence)
@@ -105,7 +113,9 @@ class _State:
         computed once per list (jobs alike share theirs); inactive fleets' sites left out."""
         cached = self._arrays.get(id(sites))
         if cached is None or cached[0] is not sites:
-            kept = sorted(((s, f) for s, f in sites if f in self.index), key=site_order)
+            kept = [(s, f) for s, f in sites if f in self.index]
+            if not isinstance(sites, SitesById):
+                kept.sort(key=site_order)
             fleet_index = np.array([self.index[f] for _, f in kept], dtype=np.int64)
             positions = {s: i for i, (s, _) in enumerate(kept)}
             cached = (sites, kept, fleet_index, positions)

@@ -39,6 +39,7 @@ from fleets.matching import (
     W_CHEAPNESS,
     W_HEADROOM,
     W_QUALITY,
+    SitesById,
     site_order,
 )
 from fleets.models import (
@@ -333,7 +334,7 @@ def dispatch_board() -> dict[str, QuerySet[Job]]:
 class BatchCandidates:
     """A job's eligible sites before capacity: capability, site kind, diversity, exclusions."""
 
-    sites: tuple  # (site_id, fleet_id), by site id; jobs alike share one tuple
+    sites: SitesById  # (site_id, fleet_id), by site id; jobs alike share one tuple
     same_environment: set  # sites this job's environment already uses
 
 
@@ -393,7 +394,7 @@ def _capable_sites(jobs: list[Job]) -> dict:
             for site_id, fleet_id, sensors, kind in by_capability.get(key[:2], [])
             if (not kinds or kind in kinds) and required <= sensors
         }
-        signatures[key] = tuple(sorted(found.items(), key=site_order))
+        signatures[key] = SitesById(sorted(found.items(), key=site_order))
     return signatures
 
 
@@ -423,7 +424,7 @@ def batch_candidates(*, jobs: list[Job]) -> dict:
                 (same if environment_index == job.environment_index else other).add(site_id)
         refused = excluded.get(job.pk, set())
         sites = signatures[_signature(job)]
-        if other or refused:
-            sites = tuple((s, f) for s, f in sites if s not in other and f not in refused)
+        if other or refused:  # a subsequence keeps the site-id order
+            sites = SitesById((s, f) for s, f in sites if s not in other and f not in refused)
         result[job.pk] = BatchCandidates(sites=sites, same_environment=same)
     return result

@@ -98,27 +98,53 @@ def _dispatch_locked(jobs: list[Job], *, prefer: str) -> dict:
     candidates = selectors.batch_candidates(jobs=jobs)
     distinct = {id(c.sites): c.sites for c in candidates.values()}  # jobs alike share theirs
     fleet_ids = {fleet_id for sites in distinct.values() for _, fleet_id in sites}
-    fleets = {
-        fleet.pk: fleet
-        for fleet in Fleet.objects.select_for_update()
-        .filter(pk__in=fleet_ids, status=Fleet.Status.ACTIVE)
-        .order_by("pk")
-    }
-    owed = selectors.committed_hours(fleet_ids=fleets) if fleets else {}
+    fleets = _LockedFleets(fleet_ids)
+    owed = selectors.committed_hours(fleet_ids=fleets.rows) if fleets.rows else {}
     states = {
         pk: matching.FleetState(
             fleet_id=pk,
-            weekly_capacity=fleet.weekly_capacity_hours,
+            weekly_capacity=row[_WEEKLY],
             owed=owed.get(pk, Decimal(0)),
-            payout_rate=fleet.payout_rate_per_hour,
-            quality=fleet.quality_score,
+            payout_rate=row[_RATE],
+            quality=row[_QUALITY],
         )
-        for pk, fleet in fleets.items()
+        for pk, row in fleets.rows.items()
     }
     bids = _open_bids(jobs, candidates)
     demands = [_demand(job, candidates[job.pk], bids.get(job.pk, []), now) for job in jobs]
     decisions = matching.assign(jobs=demands, fleets=states, prefer=prefer)
     return _write(jobs=jobs, decisions=decisions, fleets=fleets, bids=bids, now=now)
+
+
+_FLEET_COLUMNS = [field.attname for field in Fleet._meta.concrete_fields]
+_PK, _WEEKLY, _RATE, _QUALITY = (
+    _FLEET_COLUMNS.index(name)
+    for name in ("id", "weekly_capacity_hours", "payout_rate_per_hour", "quality_score")
+)
+
+
+class _LockedFleets:
+    """The batch's candidate fleets that are active, locked in id order, read as rows; a model
+    instance is made only for a fleet that gets an offer or wins a bid (a batch reads every
+    candidate fleet, a thousand where there are a thousand, and places jobs on far fewer)."""
+
+    def __init__(self, fleet_ids):
+        self.rows = {
+            row[_PK]: row
+            for row in Fleet.objects.select_for_update()
+            .filter(pk__in=fleet_ids, status=Fleet.Status.ACTIVE)
+            .order_by("pk")
+            .values_list(*_FLEET_COLUMNS)
+        }
+        self._made: dict = {}
+
+    def __getitem__(self, fleet_id) -> Fleet:
+        fleet = self._made.get(fleet_id)
+        if fleet is None:
+            fleet = self._made[fleet_id] = Fleet.from_db(
+                "default", _FLEET_COLUMNS, self.rows[fleet_id]
+            )
+        return fleet
 
 
 def _open_bids(jobs: list[Job], candidates: dict) -> dict:
@@ -149,7 +175,7 @@ def _demand(job: Job, candidates, bids: list, now: datetime) -> matching.JobDema
     )
 
 
-def _write(*, jobs, decisions, fleets: dict, bids: dict, now: datetime) -> dict:
+def _write(*, jobs, decisions, fleets: _LockedFleets, bids: dict, now: datetime) -> dict:
     by_id = {job.pk: job for job in jobs}
     results, offers, moves = {}, [], []
     expires_at = now + timedelta(seconds=settings.FLEETS_OFFER_TTL_SECONDS)

@@ -150,3 +150,19 @@ def test_random_instances_respect_every_constraint():
         assert all(load[f] <= fleets[f].weekly_capacity for f in load)
         assert all(len(e) == 1 for e in envs.values())
         assert len(decisions) == len(jobs)
+
+
+def test_candidates_given_in_site_order_are_taken_as_given_and_others_sorted():
+    from fleets.matching import SitesById
+
+    # given two equal fleets, their sites listed out of site-id order
+    fleets = {"F1": fleet("F1", "9"), "F2": fleet("F2", "9")}
+    unsorted = [("s2", "F2"), ("s1", "F1")]
+    # a plain tuple is sorted: the tie goes to the lowest site id
+    (plain,) = assign(jobs=[job("A", unsorted)], fleets=fleets)
+    assert plain.site_id == "s1"
+    # a SitesById is the selectors' promise of site-id order: taken as it is, not sorted again
+    demand = job("A", [])
+    given = JobDemand(**{**demand.__dict__, "sites": SitesById(unsorted)})
+    (taken,) = assign(jobs=[given], fleets=fleets)
+    assert taken.site_id == "s2"
