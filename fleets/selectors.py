@@ -27,12 +27,24 @@ with the same score, the headroom taken as the batch's earlier placements leave 
 (fleets/matching.py).
 """
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
+import numpy as np
 from django.db import connection
-from django.db.models import Count, DecimalField, ExpressionWrapper, F, Q, QuerySet, Sum
+from django.db.models import (
+    Count,
+    DecimalField,
+    ExpressionWrapper,
+    F,
+    Q,
+    QuerySet,
+    Sum,
+    TextField,
+)
+from django.db.models.functions import Cast
 
 from fleets.matching import (
     SAME_ENVIRONMENT_BONUS,
@@ -40,7 +52,7 @@ from fleets.matching import (
     W_HEADROOM,
     W_QUALITY,
     SitesById,
-    site_order,
+    id_order,
 )
 from fleets.models import (
     JOB_HOLDING_STATES,
@@ -366,8 +378,13 @@ def _batch_exclusions(job_ids: list) -> dict:
 
 
 def _capable_sites(jobs: list[Job]) -> dict:
-    """(embodiment, end effector, sensors, site kinds) -> [(site_id, fleet_id)] by site id:
-    active sites of active fleets with an active robot that has all of it. One query."""
+    """(embodiment, end effector, sensors, site kinds) -> SitesById [(site_id, fleet_id)]:
+    active sites of active fleets with an active robot that has all of it. One query.
+
+    Per batch, whatever its jobs: the robots are grouped once by what a job can ask of them
+    (embodiment, end effector, site kind, sensor set: a few dozen profiles however many
+    robots), each profile holding its sites as positions in one site-id order; a signature's
+    sites are then the union of its matching profiles' positions, already in that order."""
     rows = Robot.objects.filter(
         active=True,
         site__active=True,
@@ -375,26 +392,49 @@ def _capable_sites(jobs: list[Job]) -> dict:
         embodiment_id__in={job.embodiment_id for job in jobs},
         end_effector__in={job.end_effector for job in jobs},
     ).values_list(
-        "site_id", "fleet_id", "embodiment_id", "end_effector", "sensor_slugs", "site__kind"
+        "site_id",
+        "fleet_id",
+        "embodiment_id",
+        "end_effector",
+        Cast("sensor_slugs", TextField()),  # the JSON text: decoded once per distinct list
+        "site__kind",
     )
-    by_capability: dict = {}
-    for site_id, fleet_id, embodiment_id, end_effector, sensors, kind in rows:
-        by_capability.setdefault((embodiment_id, end_effector), []).append(
-            (site_id, fleet_id, set(sensors or []), kind)
-        )
+    sensor_sets: dict = {}
+    fleet_of: dict = {}
+    profiles: dict = {}  # (embodiment, end effector, kind, sensors) -> {site_id}
+    for site_id, fleet_id, embodiment_id, end_effector, sensors_text, kind in rows:
+        sensors = sensor_sets.get(sensors_text)
+        if sensors is None:
+            sensors = sensor_sets[sensors_text] = frozenset(
+                json.loads(sensors_text or "null") or ()
+            )
+        fleet_of[site_id] = fleet_id
+        profiles.setdefault((embodiment_id, end_effector, kind, sensors), set()).add(site_id)
+    ordered = sorted(fleet_of, key=id_order)
+    position = {site_id: i for i, site_id in enumerate(ordered)}
+    pairs = [(site_id, fleet_of[site_id]) for site_id in ordered]
+    profile_positions = {
+        profile: np.array([position[s] for s in sites], dtype=np.int64)
+        for profile, sites in profiles.items()
+    }
     signatures: dict = {}
     for job in jobs:
         key = _signature(job)
         if key in signatures:
             continue
-        _, _, required, kinds = key
-        required = set(required)
-        found = {
-            site_id: fleet_id
-            for site_id, fleet_id, sensors, kind in by_capability.get(key[:2], [])
-            if (not kinds or kind in kinds) and required <= sensors
-        }
-        signatures[key] = SitesById(sorted(found.items(), key=site_order))
+        embodiment_id, end_effector, required, kinds = key
+        required = frozenset(required)
+        matching = [
+            positions
+            for (emb, effector, kind, sensors), positions in profile_positions.items()
+            if emb == embodiment_id
+            and effector == end_effector
+            and (not kinds or kind in kinds)
+            and required <= sensors
+        ]
+        # positions in site-id order: their union, sorted and each once
+        union = np.unique(np.concatenate(matching)).tolist() if matching else []
+        signatures[key] = SitesById(pairs[i] for i in union)
     return signatures
 
 

@@ -269,3 +269,62 @@ def test_a_batch_runs_with_the_cyclic_collector_held_off_and_restores_it(custome
     # then the assignment ran with no cyclic collection, and the collector is back after
     assert seen == [False, False]
     assert gc.isenabled()
+
+
+@pytest.mark.django_db
+def test_batch_candidates_are_the_sites_a_plain_reading_of_the_robots_finds(customer):
+    import random
+
+    from fleets.matching import SitesById
+    from fleets.models import Robot
+    from orders.models import Embodiment
+    from tests.factories import RobotFactory, SiteFactory
+
+    # given: fleets (one paused), sites of several kinds (some inactive), robots of two
+    # embodiments and two end effectors with random sensor sets (some inactive), several
+    # robots per site; and jobs asking for random sensors and site kinds
+    rng = random.Random(3)
+    sensors = ["wrist-camera", "rgbd-camera", "force-torque", "tactile"]
+    kinds = ["kitchen", "household", "lab_bench"]
+    embodiments = list(Embodiment.objects.filter(slug__in=["franka-fr3", "ur5e"]))
+    for n in range(12):
+        fleet = FleetFactory(status=Fleet.Status.PAUSED if n == 0 else Fleet.Status.ACTIVE)
+        for _ in range(rng.randint(1, 3)):
+            site = SiteFactory(fleet=fleet, kind=rng.choice(kinds), active=rng.random() > 0.15)
+            for _ in range(rng.randint(1, 3)):
+                RobotFactory(
+                    site=site,
+                    fleet=fleet,
+                    embodiment=rng.choice(embodiments),
+                    end_effector=rng.choice(["parallel_gripper", "suction"]),
+                    sensor_slugs=sorted(rng.sample(sensors, rng.randint(0, 3))),
+                    active=rng.random() > 0.15,
+                )
+    jobs = world(customer, orders=6, fleets=0)
+    for job in jobs:
+        job.embodiment = rng.choice(embodiments)
+        job.end_effector = rng.choice(["parallel_gripper", "suction"])
+        job.sensor_slugs = sorted(rng.sample(sensors, rng.randint(0, 2)))
+        job.site_kinds = rng.sample(kinds, rng.randint(0, 2))
+    # when
+    candidates = selectors.batch_candidates(jobs=jobs)
+    # then: each job's sites are those with an active robot that has everything it asks, at an
+    # active site of the kinds it asks (any if none) of an active fleet, in site-id order
+    robots = list(Robot.objects.select_related("site", "fleet"))
+    for job in jobs:
+        expected = {
+            (robot.site_id, robot.fleet_id)
+            for robot in robots
+            if robot.active
+            and robot.site.active
+            and robot.fleet.status == Fleet.Status.ACTIVE
+            and robot.embodiment_id == job.embodiment_id
+            and robot.end_effector == job.end_effector
+            and set(job.sensor_slugs) <= set(robot.sensor_slugs)
+            and (not job.site_kinds or robot.site.kind in job.site_kinds)
+        }
+        sites = candidates[job.pk].sites
+        assert isinstance(sites, SitesById)
+        assert list(sites) == sorted(expected, key=lambda pair: pair[0].int)
+    assert any(candidates[job.pk].sites for job in jobs)
+    assert any(not candidates[job.pk].sites for job in jobs)
