@@ -49,6 +49,7 @@ import django
 
 django.setup()
 
+from django.conf import settings  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
@@ -414,7 +415,12 @@ def main() -> None:
     parser.add_argument("--mid-fleets", type=int, default=100)
     parser.add_argument("--small-jobs", type=int, default=80)
     parser.add_argument("--small-fleets", type=int, default=12)
-    parser.add_argument("--batch", type=int, default=2000, help="jobs per dispatch transaction")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=settings.FLEETS_DISPATCH_BATCH_SIZE,
+        help="jobs per dispatch transaction (default: FLEETS_DISPATCH_BATCH_SIZE, production's)",
+    )
     parser.add_argument("--prefer", choices=["score", "headroom"], default="score")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3, help="dispatch runs per instance")

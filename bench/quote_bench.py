@@ -4,16 +4,17 @@
 
 Starts gunicorn on 127.0.0.1 against PostgreSQL (BENCH_DATABASE_URL, default
 postgres://postgres@127.0.0.1:5432/marketplace_bench, created and migrated if needed),
-then alternates timed rounds: quote, bare, quote, bare ... with the same number of client
-processes, and prints requests/s, p50/p99 latency, errors, the CPU per request of the
-gunicorn server and of the database's PostgreSQL backends, and the share of the machine's
-CPU left idle (medians over rounds) of each, and their throughput ratio.
+then alternates timed rounds: quote, quote with a customer's API key, bare, quote, ... with
+the same number of client processes, and prints requests/s, p50/p99 latency, errors, the CPU
+per request of the gunicorn server and of the database's PostgreSQL backends, and the share
+of the machine's CPU left idle (medians over rounds) of each, and the throughput ratios of
+each quote to bare.
 
 Once per worker count in --workers, each with a server of its own: 4 is how the production
 checklist (README) runs gunicorn; with 2 (one per core) a sync worker that waits for
 PostgreSQL to make a quote durable (its commit's flush to disk) leaves its core idle, which
 the bare endpoint, touching no database, never does: the idle column shows that share.
-Bounded: len(workers) x rounds x 2 x seconds of load, loopback only.
+Bounded: len(workers) x rounds x 3 x seconds of load, loopback only.
 """
 
 import argparse
@@ -82,17 +83,42 @@ def summary(rounds: list[dict]) -> dict:
     }
 
 
-def compare(env: dict, database: str, workers: int, args) -> tuple[dict, dict]:
-    """Alternating quote and bare rounds on one gunicorn of `workers` workers."""
+def compare(env: dict, database: str, workers: int, args, key: str) -> dict:
+    """Alternating rounds on one gunicorn of `workers` workers: an anonymous quote, a quote
+    with a customer's API key (held by each worker after its first use: no key SELECT, the
+    INSERT checks it), the bare endpoint."""
+    keyed = {"Authorization": f"Bearer {key}"}
+    calls = {
+        "POST /api/v1/quotes": ("/api/v1/quotes", QUOTE_BODY, {}),
+        "  with an API key": ("/api/v1/quotes", QUOTE_BODY, keyed),
+        "POST /bench/bare": ("/bench/bare", BARE_BODY, {}),
+    }
     with gunicorn(env, workers=workers) as port:
-        post_load(port, "/api/v1/quotes", QUOTE_BODY, seconds=1.0, clients=2)  # warm up
-        post_load(port, "/bench/bare", BARE_BODY, seconds=1.0, clients=2)
-        quote_rounds, bare_rounds = [], []
+        for path, body, headers in calls.values():  # warm up
+            post_load(port, path, body, seconds=1.0, clients=2, headers=headers)
+        rounds: dict = {name: [] for name in calls}
         for _ in range(args.rounds):
             load = {"seconds": args.seconds, "clients": args.clients}
-            quote_rounds.append(measured_load(port, database, "/api/v1/quotes", QUOTE_BODY, **load))
-            bare_rounds.append(measured_load(port, database, "/bench/bare", BARE_BODY, **load))
-    return summary(quote_rounds), summary(bare_rounds)
+            for name, (path, body, headers) in calls.items():
+                rounds[name].append(
+                    measured_load(port, database, path, body, headers=headers, **load)
+                )
+    return {name: summary(done) for name, done in rounds.items()}
+
+
+def customer_key(env: dict) -> str:
+    """A new customer organization's API key in the bench database (a key per run)."""
+    code = (
+        "import django; django.setup()\n"
+        "from marketplace import services\n"
+        "from marketplace.models import Organization\n"
+        "org = services.organization_create(name='quote bench', kind=Organization.Kind.CUSTOMER)\n"
+        "print(services.api_key_create(organization=org, name='quote bench').raw_key)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+    )
+    return done.stdout.split()[-1]
 
 
 def main() -> int:
@@ -123,10 +149,12 @@ def main() -> int:
         "PYTHONPATH": str(ROOT),
     }
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    key = customer_key(env)
     errors = 0
     for workers in args.workers:
-        quote, bare = compare(env, database, workers, args)
-        errors += quote["errors"] + bare["errors"]
+        rows = compare(env, database, workers, args, key)
+        errors += sum(row["errors"] for row in rows.values())
+        bare = rows["POST /bench/bare"]
         production = " (as in production)" if workers == PRODUCTION_WORKERS else ""
         print(
             f"gunicorn {workers} workers{production}, {args.clients} client processes,"
@@ -136,13 +164,18 @@ def main() -> int:
             f"{'endpoint':<22}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'requests':>10}"
             f"{'errors':>8}{'CPU ms':>8}{'DB CPU ms':>11}{'idle':>7}"
         )
-        for name, row in (("POST /api/v1/quotes", quote), ("POST /bench/bare", bare)):
+        for name, row in rows.items():
             print(
                 f"{name:<22}{row['rps']:>10.1f}{row['p50_ms']:>10.2f}{row['p99_ms']:>10.2f}"
                 f"{row['requests']:>10}{row['errors']:>8}{row['cpu_ms']:>8.2f}"
                 f"{row['db_cpu_ms']:>11.2f}{row['idle']:>6.0%}"
             )
+        quote, with_key = rows["POST /api/v1/quotes"], rows["  with an API key"]
         print(f"ratio quote/bare throughput ({workers} workers): {quote['rps'] / bare['rps']:.3f}")
+        print(
+            f"ratio quote with an API key/bare throughput ({workers} workers):"
+            f" {with_key['rps'] / bare['rps']:.3f}"
+        )
     return 1 if errors else 0
 
 
