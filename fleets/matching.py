@@ -108,19 +108,43 @@ class _State:
             job.environment_index
         )
 
-    def arrays(self, sites: tuple) -> tuple:
-        """(candidates kept, fleet index per candidate, site -> position) of a candidate list,
-        computed once per list (jobs alike share theirs); inactive fleets' sites left out."""
+    def arrays(self, sites: tuple) -> "_Candidates":
+        """A candidate list's arrays, computed once per list (jobs alike share theirs);
+        inactive fleets' sites left out."""
         cached = self._arrays.get(id(sites))
         if cached is None or cached[0] is not sites:
             kept = [(s, f) for s, f in sites if f in self.index]
             if not isinstance(sites, SitesById):
                 kept.sort(key=site_order)
             fleet_index = np.array([self.index[f] for _, f in kept], dtype=np.int64)
-            positions = {s: i for i, (s, _) in enumerate(kept)}
-            cached = (sites, kept, fleet_index, positions)
+            cached = (
+                sites,
+                _Candidates(
+                    kept=kept,
+                    fleet_index=fleet_index,
+                    positions={s: i for i, (s, _) in enumerate(kept)},
+                    weekly=self.weekly[fleet_index],
+                    rate=self.rate[fleet_index],
+                    quality_term=W_QUALITY * self.quality[fleet_index],
+                ),
+            )
             self._arrays[id(sites)] = cached
-        return cached[1:]
+        return cached[1]
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """One candidate list as the ranking reads it: the (site, fleet) pairs kept, in site-id
+    order, each one's fleet index and position, and what of its fleet the batch does not
+    change (weekly capacity, rate, the score's quality term), gathered once per list; only
+    the hours owed are gathered per job."""
+
+    kept: list
+    fleet_index: np.ndarray
+    positions: dict
+    weekly: np.ndarray
+    rate: np.ndarray
+    quality_term: np.ndarray
 
 
 def id_order(value):
@@ -183,12 +207,13 @@ def _offer_decision(job: JobDemand, state: _State, prefer: str) -> Decision:
     """The best-ranked feasible site, vectorised over the job's candidates. Feasibility is
     decided exactly (Decimal): the float pre-check only has a tolerance, and the chosen
     site is checked again before it is taken."""
-    kept, fleet_index, positions = state.arrays(job.sites)
+    candidates = state.arrays(job.sites)
+    kept, positions = candidates.kept, candidates.positions
     if not kept:
         return Decision(job.job_id, "flag")
     hours = float(job.hours)
-    capacity = state.weekly[fleet_index] * float(job.weeks)
-    free = capacity - state.owed_float[fleet_index]
+    capacity = candidates.weekly * float(job.weeks)
+    free = capacity - state.owed_float[candidates.fleet_index]
     ok = free >= hours - 1e-6
     same = np.zeros(len(kept), dtype=bool)
     for site_id in job.same_environment_sites:
@@ -203,7 +228,7 @@ def _offer_decision(job: JobDemand, state: _State, prefer: str) -> Decision:
         else:
             same[position] = True
     while ok.any():
-        value = _scores(state, fleet_index, ok, free, capacity, hours, same)
+        value = _scores(candidates, ok, free, capacity, hours, same)
         if prefer == "headroom":
             spare = free - hours
             rank = np.where(same, 2.0, 0.0) + spare / (1.0 + np.abs(spare).max())
@@ -217,16 +242,16 @@ def _offer_decision(job: JobDemand, state: _State, prefer: str) -> Decision:
     return Decision(job.job_id, "flag")
 
 
-def _scores(state, fleet_index, ok, free, capacity, hours, same) -> np.ndarray:
+def _scores(candidates: _Candidates, ok, free, capacity, hours, same) -> np.ndarray:
     """The dispatch score of every candidate (fleets/selectors.py module docstring)."""
-    rate = state.rate[fleet_index]
+    rate = candidates.rate
     top_rate = rate[ok].max()
     with np.errstate(divide="ignore", invalid="ignore"):
         headroom = np.where(capacity > 0, (free - hours) / capacity, 0.0)
     cheapness = 1.0 - rate / top_rate if top_rate else np.ones(len(rate))
     return (
         W_HEADROOM * np.clip(headroom, 0.0, 1.0)
-        + W_QUALITY * state.quality[fleet_index]
+        + candidates.quality_term
         + W_CHEAPNESS * cheapness
         + np.where(same, SAME_ENVIRONMENT_BONUS, 0.0)
     )
