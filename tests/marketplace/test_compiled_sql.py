@@ -178,14 +178,6 @@ def test_a_compiled_insert_leaves_expressions_to_save():
         CompiledInsert(Quote).save(Quote(id=None))
 
 
-KEY_ACTIVE = CompiledQuery(
-    lambda key_id: (
-        ApiKey.objects.filter(pk=key_id, revoked_at__isnull=True).order_by().values("pk")
-    ),
-    key_id="uuid",
-)
-
-
 @pytest.mark.django_db
 def test_a_compiled_insert_under_a_condition_stores_only_while_it_holds():
     from decimal import Decimal
@@ -193,7 +185,8 @@ def test_a_compiled_insert_under_a_condition_stores_only_while_it_holds():
     from django.db.models import Value
     from django.db.models.signals import post_save
 
-    from marketplace.compiled_sql import CompiledInsert, Exists
+    from marketplace.api_key_cache import still_active
+    from marketplace.compiled_sql import CompiledInsert
     from orders.models import Quote
     from orders.services import DatasetRequest, _priced_quote
 
@@ -210,7 +203,7 @@ def test_a_compiled_insert_under_a_condition_stores_only_while_it_holds():
     try:
         # while the key is unrevoked: stored, in one statement, the row an unguarded insert stores
         with CaptureQueriesContext(connection) as ctx:
-            assert insert.save(guarded, only_if=Exists(KEY_ACTIVE, key_id=key.pk)) is True
+            assert insert.save(guarded, only_if=still_active(key)) is True
         assert insert.save(plain) is True
         (statement,) = ctx.captured_queries
         assert " SELECT " in statement["sql"] and " WHERE EXISTS (" in statement["sql"]
@@ -224,15 +217,15 @@ def test_a_compiled_insert_under_a_condition_stores_only_while_it_holds():
         # revoked: nothing stored, the instance unsaved, no post_save
         accounts.api_key_revoke(api_key=key)
         refused = _priced_quote(organization=key.organization, request=request)
-        assert insert.save(refused, only_if=Exists(KEY_ACTIVE, key_id=key.pk)) is False
+        assert insert.save(refused, only_if=still_active(key)) is False
         assert not Quote.objects.filter(pk=refused.pk).exists()
         assert refused._state.adding is True and saved == [guarded.pk, plain.pk]
         # an instance with an expression (saved by save()) is held to the condition too
         refused.currency = Value("EUR")
-        assert insert.save(refused, only_if=Exists(KEY_ACTIVE, key_id=key.pk)) is False
+        assert insert.save(refused, only_if=still_active(key)) is False
         assert not Quote.objects.filter(pk=refused.pk).exists()
         (live,) = _keys_of_organizations(1)
-        assert insert.save(refused, only_if=Exists(KEY_ACTIVE, key_id=live.pk)) is True
+        assert insert.save(refused, only_if=still_active(live)) is True
         assert Quote.objects.get(pk=refused.pk).currency == "EUR"
     finally:
         post_save.disconnect(dispatch_uid="t-guard", sender=Quote)
