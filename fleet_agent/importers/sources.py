@@ -60,14 +60,15 @@ class SourceRoot:
         """`path` (listed under the root, or built by `inside`) resolved; RecordingError if it
         is a symbolic link (or under one) that leads out of the root."""
         shown = self.shown(path)
+        prefix = f"{what}: " if what and what != shown else ""
         try:
             resolved = Path(path).resolve()
         except (OSError, RuntimeError) as exc:  # RuntimeError: a loop of links
-            raise RecordingError(f"{what or shown}: cannot be resolved ({exc})") from exc
+            raise RecordingError(f"{prefix}{shown} cannot be resolved ({exc})") from exc
         if not resolved.is_relative_to(self.folder):
             raise RecordingError(
-                f"{what or shown}: {shown} is a symbolic link to {resolved}, outside the"
-                " source (not followed)"
+                f"{prefix}{shown} is a symbolic link to {resolved}, outside the source"
+                " (not followed)"
             )
         return resolved
 
@@ -107,7 +108,7 @@ def recordings_of_files(
 
 
 def _confined(root: SourceRoot, read_file, path: Path, mapping, source_id: str) -> Recording:
-    return read_file(root.contained(path, what=source_id), mapping, source_id)
+    return read_file(root.contained(path), mapping, source_id)
 
 
 def declared_bytes(shape: tuple, itemsize: int, limit: int, *, what: str) -> int:

@@ -38,6 +38,8 @@ from mcap.writer import MCAP0_MAGIC
 
 from fleet_agent.importers import Recording, RecordingError, parse_mapping, read_recordings
 from tests.fleet_agent.import_files import MSGDEFS, SCENE, write_aloha, write_lerobot
+from tests.fleet_agent.test_integration import operator as operator
+from tests.fleet_agent.test_integration import platform as platform
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -271,8 +273,8 @@ def test_an_hdf5_file_linked_out_of_the_folder_is_refused(tmp_path):
     recordings, errors = outcome(folder, ALOHA)
     assert recordings == []
     assert errors == [
-        f"ep.hdf5: ep.hdf5 is a symbolic link to {tmp_path / 'elsewhere.hdf5'}, outside the"
-        " source (not followed)"
+        f"ep.hdf5 is a symbolic link to {tmp_path / 'elsewhere.hdf5'}, outside the source"
+        " (not followed)"
     ]
 
 
@@ -467,3 +469,46 @@ def test_the_watch_listing_leaves_out_links_leading_out_of_the_folder(tmp_path):
     state.scan()
 
     assert sorted(p.name for p in state._files) == ["alias.parquet", "ep.parquet"]
+
+
+# --- The command ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_import_command_refuses_a_hostile_dataset_locally_with_exit_3(
+    platform, operator, customer, lerobot, tmp_path, capsys
+):
+    from datasets.models import Episode
+    from fleet_agent import cli
+    from tests.fleet_agent.importing import held_job
+
+    held = held_job(platform, operator, customer, tmp_path)
+    held.mapping_path.write_text(
+        f'job = "{held.job_id}"\nformat = "lerobot"\noperator = "op-3"\n'
+        '[source.cameras]\n"observation.images.scene" = "observation.images.wrist"\n'
+    )
+    given, elsewhere = tmp_path / "given", tmp_path / "elsewhere"
+    shutil.copytree(lerobot, given)
+    shutil.copytree(lerobot, elsewhere)
+    _set_info(given, data_path=f"{elsewhere}/{DATA}")
+    args = ["--config", str(held.config_path), "--mapping", str(held.mapping_path)]
+    args += ["--journal", str(tmp_path / "j.sqlite3")]
+
+    assert cli.main(["import", *args, str(given)]) == 3
+
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (
+        f"failed   episode_000000: episode_000000: meta/info.json data_path: '{elsewhere}/"
+        "data/chunk-000/file-000.parquet' is not a relative path inside the source"
+    )
+    assert out[-1].startswith("import: 0 imported, 0 resumed, 0 skipped, 2 failed;")
+
+    _set_info(given, data_path="data/chunk-{chunk_index:>400000000}/x.parquet")
+    assert cli.main(["import", *args, str(given)]) == 3
+    captured = capsys.readouterr()
+    assert captured.out.startswith("import: 0 imported, 0 resumed, 0 skipped, 0 failed;")
+    assert "meta/info.json data_path 'data/chunk-{chunk_index:>400000000}/x.parquet':" in (
+        captured.err
+    )
+    assert not Episode.objects.filter(order=held.order).exists()
