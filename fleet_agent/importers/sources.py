@@ -17,18 +17,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import fields
 from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from datasets.qa_format import EpisodeExpectation
 from fleet_agent.importers.base import Recording, RecordingError, recording_or_error
 
 if TYPE_CHECKING:
     from fleet_agent.importers.mapping import ImportMapping
 
-# QA's longest episode (datasets/qa_format.py's default max_duration_seconds): a recording
-# declaring more frames than that at its frame rate cannot be accepted, so it is not read.
-MAX_EPISODE_SECONDS = 3600
+# QA's longest episode by default: a recording declaring more frames than that at its frame
+# rate cannot be accepted, so it is not read.
+MAX_EPISODE_SECONDS = round(
+    next(f.default for f in fields(EpisodeExpectation) if f.name == "max_duration_seconds")
+)
 MAX_VECTOR_BYTES = 256 * 2**20  # one low-dim array (frames x D), as float64
 MAX_FRAME_SIDE = 4096  # camera frames up to 4096 x 4096 px
 READ_BYTES = 64 * 2**20  # what one read of a declared array takes at most
