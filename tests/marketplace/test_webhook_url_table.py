@@ -10,9 +10,9 @@ import pytest
 from django.test import override_settings
 
 from fleets.models import Fleet
-from marketplace import outbound_webhooks
 from marketplace.models import Organization
 from tests.fleets.test_api import FLEET
+from tests.marketplace.test_outbound_webhooks import send
 
 # refused whatever the flag: other spellings of an address, internal ranges, non-URLs
 HOSTILE = [
@@ -75,15 +75,7 @@ def _fleet_patched(tenant, url: str):
 
 
 def _sent(url: str, insecure: bool):
-    return outbound_webhooks.post(
-        url=url,
-        secret="s",
-        event_type="offer.created",
-        delivery_id="d",
-        payload={},
-        timeout=2,
-        allow_loopback=insecure,
-    )
+    return send(url, timeout=2, allow_loopback=insecure)
 
 
 def _refusal(response, field: str) -> str:
