@@ -23,6 +23,7 @@ import hmac
 import http.client
 import ipaddress
 import json
+import re
 import socket
 import ssl
 import threading
@@ -146,37 +147,97 @@ def destination(url: str, *, allow_loopback: bool) -> list:
     return addresses
 
 
-def validate_url(url: str, *, field_name: str, allow_insecure: bool) -> str:
-    """An absolute https URL without credentials whose host is not, and does not resolve to,
-    an internal address ('' stays ''). A name that does not resolve yet is accepted: the
-    same check runs again at every send, on the addresses the request then connects to.
+# A host that "ends in a number" is an IPv4 address to a browser or a C resolver (WHATWG URL:
+# 2130706433, 0x7f.1, 0177.0.0.1 and 127.1 all mean 127.0.0.1): it must then be written as
+# four decimal numbers, nothing else.
+NUMERIC_LABEL = re.compile(r"(0x[0-9a-f]*|[0-9]+)")
+DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+
+
+def _host(netloc: str, hostname: str, *, allow_insecure: bool):
+    """The URL's host as an IP address (a literal) or a DNS name; DestinationRefused for
+    any other spelling, and for loopback names unless `allow_insecure`."""
+    if "%" in hostname:  # a percent-encoded name, or an IPv6 zone (%eth0)
+        raise DestinationRefused(f"{hostname!r} is not a host name")
+    if netloc.rpartition("@")[2].startswith("["):
+        try:
+            return ipaddress.IPv6Address(hostname)
+        except ValueError:
+            raise DestinationRefused(f"{hostname!r} is not an IPv6 address") from None
+    try:
+        name = hostname.encode("idna").decode("ascii")  # (NFKC: a fullwidth digit is a digit)
+    except UnicodeError:
+        raise DestinationRefused(f"{hostname!r} is not a host name") from None
+    if name.endswith("."):
+        raise DestinationRefused(f"write {hostname!r} without the trailing dot")
+    labels = name.split(".")
+    if NUMERIC_LABEL.fullmatch(labels[-1]):
+        try:
+            address = ipaddress.IPv4Address(name)
+        except ValueError:
+            address = None
+        if address is None or str(address) != hostname:  # as written, not as IDNA maps it
+            raise DestinationRefused(
+                f"{hostname!r} is an IPv4 address written another way: write it as a.b.c.d"
+            )
+        return address
+    if len(name) > 253 or not all(DNS_LABEL.fullmatch(label) for label in labels):
+        raise DestinationRefused(f"{hostname!r} is not a host name")
+    if labels[-1] == "localhost" and not allow_insecure:  # RFC 6761: always loopback
+        raise DestinationRefused(f"{hostname} is a loopback name")
+    return name
+
+
+def checked_destination(url: str, *, allow_insecure: bool, must_resolve: bool) -> list:
+    """The one webhook-URL check, for fleets and customers, at registration and at every
+    send: an absolute https URL without credentials whose host is a plain IP address or DNS
+    name that is not, and does not resolve to, an internal address. Returns the addresses a
+    request may connect to (none: a name that does not resolve, accepted only without
+    `must_resolve`, i.e. at registration); DestinationRefused with the reason otherwise.
 
     `allow_insecure` (local development and the test suite's own receivers only) also
     accepts plain http and loopback hosts; private and other internal ranges never.
     """
-    url = (url or "").strip()
-    if not url:
-        return ""
-
-    def refuse(message: str):
-        return invalid(field_name, message, ErrorCode.INVALID_WEBHOOK_URL)
-
+    if any(c.isspace() or ord(c) < 32 for c in url):
+        raise DestinationRefused("Not a valid URL (it holds spaces or control characters).")
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
     except ValueError as exc:
-        raise refuse(f"Not a valid URL ({exc}).") from exc
+        raise DestinationRefused(f"Not a valid URL ({exc}).") from exc
     if parts.scheme not in ("https", "http") or not parts.hostname:
-        raise refuse("Enter an absolute https:// URL.")
+        raise DestinationRefused("Enter an absolute https:// URL.")
     if parts.scheme != "https" and not allow_insecure:
-        raise refuse("Webhook URLs must use https.")
-    if parts.username or parts.password:
-        raise refuse("No credentials in the URL.")
+        raise DestinationRefused("Webhook URLs must use https.")
+    if parts.username is not None or parts.password is not None:
+        raise DestinationRefused("No credentials in the URL.")
     try:
-        destination(url, allow_loopback=allow_insecure)
+        host = _host(parts.netloc, parts.hostname, allow_insecure=allow_insecure)
+        if not isinstance(host, str):  # an IP literal: no resolver involved
+            if not address_allowed(host, allow_loopback=allow_insecure):
+                raise DestinationRefused(f"{host} is not a public address")
+            return [host]
+        try:
+            return destination(url, allow_loopback=allow_insecure)
+        except DestinationRefused as exc:
+            if must_resolve or "does not resolve" not in str(exc):
+                raise
+            return []
     except DestinationRefused as exc:
-        if "does not resolve" not in str(exc):
-            raise refuse(f"Webhook URLs must be public addresses: {exc}.") from exc
+        raise DestinationRefused(f"Webhook URLs must be public addresses: {exc}.") from exc
+
+
+def validate_url(url: str, *, field_name: str, allow_insecure: bool) -> str:
+    """`checked_destination` at registration ('' stays ''): a name that does not resolve yet
+    is accepted, since the same check runs again at every send, on the addresses the request
+    then connects to."""
+    url = (url or "").strip()
+    if not url:
+        return ""
+    try:
+        checked_destination(url, allow_insecure=allow_insecure, must_resolve=False)
+    except DestinationRefused as exc:
+        raise invalid(field_name, str(exc), ErrorCode.INVALID_WEBHOOK_URL) from exc
     return url
 
 
@@ -270,18 +331,16 @@ def post(
     answer are read. Never raises for HTTP or network failures: returns the result."""
     started = time.monotonic()
     body = encode_body(payload)
-    scheme, host, port, path = _split(url)
 
     def done(**fields) -> PostResult:
         elapsed_ms = int((time.monotonic() - started) * 1000)
         return PostResult(elapsed_ms=elapsed_ms, **fields)
 
     try:
-        address = destination(url, allow_loopback=allow_loopback)[0]
+        address = checked_destination(url, allow_insecure=allow_loopback, must_resolve=True)[0]
     except DestinationRefused as exc:
         return done(ok=False, status_code=None, error=f"refused: {exc}"[:500], permanent=True)
-    if scheme != "https" and not allow_loopback:
-        return done(ok=False, status_code=None, error="refused: not https", permanent=True)
+    scheme, host, port, path = _split(url)
     kind = _PinnedHTTPSConnection if scheme == "https" else _PinnedHTTPConnection
     connection = kind(host, port, address=address, timeout=timeout)
     # The socket timeout bounds each read; this timer bounds the whole exchange, so a

@@ -7,9 +7,16 @@ the bytes then come straight from storage, each worker thread over its own kept-
 connection. The command
 
 - fetches `manifest.json` first and then every file it lists, several at a time;
-- resumes: a finished, verified file is not fetched again (`.marketplace-download.json` in the
-  target folder remembers size, SHA-256 and modification time of each), and a file cut off
-  (`<name>.part`) continues from where it stopped with an HTTP Range request;
+- refuses a manifest that lists a path outside the target folder (absolute, `..`, through a
+  symbolic link), a path twice, a path that is both a file and a folder, `manifest.json`
+  itself, or anything in the command's own folder `.marketplace-download/`: nothing is
+  fetched then;
+- keeps its own files in `.marketplace-download/` in the target folder, a name no manifest
+  entry may take: the journal (`journal.jsonl`: size, SHA-256 and modification time of each
+  verified file, so a finished file is not fetched again) and the partial files
+  (`parts/`: a file cut off continues from where it stopped with an HTTP Range request);
+- reads no body past the size the manifest gives (the listing's, for the manifest): one
+  byte more fails that file at once, its partial file discarded, not tried again;
 - verifies each file's size and SHA-256 against the manifest before moving it into place
   (a mismatch is fetched once more from scratch, then reported);
 - asks for a fresh link when a signed one has expired (in the book, or refused by storage);
@@ -22,9 +29,11 @@ Exit status: 0 every file verified, 1 the platform or storage refused or a file 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -32,18 +41,40 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from marketplace_client.http import ApiClient, ApiError, RetryPolicy, Streamed, TransientError
+from marketplace_client.http import (
+    ApiClient,
+    ApiError,
+    BodyOverrun,
+    RetryPolicy,
+    Streamed,
+    TransientError,
+)
 from marketplace_client.links import LinkBook, links_requester
 
 log = logging.getLogger("marketplace_client.download")
 
 USER_AGENT = "marketplace-download/0.1"
-STATE_FILE = ".marketplace-download.json"
 MANIFEST = "manifest.json"
+MANIFEST_MAX_BYTES = 64 * 2**20  # ~400,000 entries
+# The command's own files, in a folder of the target that no manifest entry may name.
+CLIENT_FOLDER = ".marketplace-download"
+JOURNAL = f"{CLIENT_FOLDER}/journal.jsonl"
+PARTS = f"{CLIENT_FOLDER}/parts"
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 class DownloadFailed(Exception):
     pass
+
+
+class Refused(DownloadFailed):
+    """A file (or a manifest) the command will not take: not tried again."""
+
+
+def part_path(root: Path, relative: str) -> Path:
+    """Where the file `relative` is written until it is verified (resumed from there)."""
+    name = hashlib.sha256(relative.encode()).hexdigest()[:40]
+    return Path(root) / PARTS / f"{name}.part"
 
 
 @dataclass
@@ -97,6 +128,8 @@ class Targets:
         pure = PurePosixPath(relative)
         if pure.is_absolute() or ".." in pure.parts or not pure.name or "\x00" in relative:
             raise DownloadFailed(f"Refusing a path outside the target folder: {relative!r}")
+        if pure.parts[0].casefold() == CLIENT_FOLDER:
+            raise Refused(f"Refusing {relative!r}: {CLIENT_FOLDER}/ holds this command's files")
         folder = self._folders.get(pure.parent)
         if folder is None:
             folder = (self.root / pure.parent).resolve()
@@ -104,6 +137,36 @@ class Targets:
                 raise DownloadFailed(f"Refusing a path outside the target folder: {relative!r}")
             self._folders[pure.parent] = folder
         return folder / pure.name
+
+
+def manifest_entries(manifest, targets: Targets) -> list[FileEntry]:
+    """The manifest's files, each with a size and a SHA-256, each inside the target folder
+    (`targets`), none twice (letter case aside), none both a file and a folder, none
+    `manifest.json`; Refused naming the first entry that is not."""
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, list):
+        raise Refused("manifest.json has no list of files.")
+    entries, seen, folders = [], {}, set()
+    for item in files:
+        try:
+            entry = FileEntry(str(item["path"]), int(item["size"]), str(item["sha256"]))
+        except (TypeError, KeyError, ValueError):
+            raise Refused(f"manifest.json: a malformed entry {str(item)[:200]!r}") from None
+        if entry.size < 0 or not SHA256_HEX.fullmatch(entry.sha256):
+            raise Refused(f"manifest.json: {entry.path!r} needs a size and a SHA-256.")
+        targets(entry.path)
+        key = PurePosixPath(entry.path).as_posix().casefold()
+        if key == MANIFEST:
+            raise Refused(f"manifest.json lists {entry.path!r}: the manifest itself.")
+        if key in seen:
+            raise Refused(f"manifest.json lists {entry.path!r} and {seen[key]!r}: one file.")
+        seen[key] = entry.path
+        folders.update(parent.as_posix() for parent in PurePosixPath(key).parents)
+        entries.append(entry)
+    both = sorted(set(seen) & folders)
+    if both:
+        raise Refused(f"manifest.json lists {seen[both[0]]!r} as a file and as a folder.")
+    return entries
 
 
 class StateFile:
@@ -116,7 +179,8 @@ class StateFile:
     FLUSH_SECONDS = 0.2
 
     def __init__(self, root: Path):
-        self.path = root / STATE_FILE
+        self.path = Path(root) / JOURNAL
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.lock = threading.Lock()
         self.entries: dict[str, dict] = {}
         try:
@@ -240,11 +304,12 @@ class DeliveryDownloader:
     def _fetch(
         self, entry: FileEntry, target: Path, progress: Progress | None
     ) -> tuple[Streamed, bool]:
-        """Fetch one file into <target>.part (resuming) and return what arrived, resumed."""
+        """Fetch one file into its part file (resuming) and return what arrived, resumed;
+        Refused (the part discarded) when the body runs past the manifest's size."""
         if target.parent not in self._made_dirs:
             target.parent.mkdir(parents=True, exist_ok=True)
             self._made_dirs.add(target.parent)
-        part = target.with_name(target.name + ".part")
+        part = part_path(self.root, entry.path)
         try:
             held = part.stat().st_size
         except OSError:
@@ -257,8 +322,15 @@ class DeliveryDownloader:
             url = self._link(entry.path)
             try:
                 streamed = self.client.stream_to(
-                    url, part, resume=resumed, progress=progress.add_bytes if progress else None
+                    url,
+                    part,
+                    resume=resumed,
+                    progress=progress.add_bytes if progress else None,
+                    limit=entry.size,
                 )
+            except BodyOverrun as exc:
+                part.unlink(missing_ok=True)
+                raise Refused(f"{entry.path}: {exc}; the partial file was discarded") from None
             except ApiError as exc:
                 # A signed link that expired (403) between issue and use: ask for a new one.
                 if exc.status == 403 and link_try < 2:
@@ -270,7 +342,7 @@ class DeliveryDownloader:
     def _place(self, entry: FileEntry, state: StateFile | None, progress: Progress | None) -> str:
         """Fetch, verify and move one file into place; returns 'fetched' or 'resumed'."""
         target = self.target(entry.path)
-        part = target.with_name(target.name + ".part")
+        part = part_path(self.root, entry.path)
         outcome = "fetched"
         for verify_try in range(2):
             streamed, resumed = self._fetch(entry, target, progress)
@@ -297,26 +369,28 @@ class DeliveryDownloader:
         first = self._request_links([MANIFEST])  # 404 when the delivery lists no manifest
         self.links.put(first)
         entry = FileEntry(MANIFEST, first[MANIFEST].size, "")
+        if not 0 <= entry.size <= MANIFEST_MAX_BYTES:
+            raise Refused(f"manifest.json of {entry.size} bytes: more than a manifest holds.")
         target = self.target(MANIFEST)
-        part = target.with_name(target.name + ".part")
+        part = part_path(self.root, MANIFEST)
         part.unlink(missing_ok=True)  # the manifest is small: always fetched afresh
         streamed, _ = self._fetch(entry, target, None)
         if streamed.size != entry.size:
             raise DownloadFailed("manifest.json's size differs from the delivery's listing.")
-        manifest = json.loads(part.read_text())
+        try:
+            manifest = json.loads(part.read_bytes())
+        except ValueError as exc:
+            raise Refused(f"manifest.json is not JSON ({exc}).") from None
         os.replace(part, target)
         return manifest, entry
 
     def run(self) -> Summary:
         started = time.monotonic()
-        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / PARTS).mkdir(parents=True, exist_ok=True)
         self.target = Targets(self.root)
         summary = Summary(delivery=self.delivery_id, root=self.root.resolve())
         manifest, _ = self._manifest()
-        entries = [
-            FileEntry(str(item["path"]), int(item["size"]), str(item["sha256"]))
-            for item in manifest.get("files", [])
-        ]
+        entries = manifest_entries(manifest, self.target)
         summary.files = len(entries) + 1
         state = StateFile(self.root)
         todo = []
@@ -357,6 +431,9 @@ class DeliveryDownloader:
                 entry = futures[future]
                 try:
                     outcome = future.result()
+                except Refused as exc:  # a body past its size: not asked for again
+                    summary.failures.append(str(exc))
+                    continue
                 except (ApiError, TransientError, DownloadFailed, OSError) as exc:
                     failed.append((entry, exc))
                     continue

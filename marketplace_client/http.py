@@ -8,7 +8,8 @@ every 4xx into an `ApiError` carrying the platform's error shape
 
 Downloads use `ApiClient.redirect_target` (the audited link endpoint answers 302 to a signed
 storage URL; the API key is never sent to storage) and `ApiClient.stream_to` (a ranged,
-streamed GET into a file), both over keep-alive connections kept per thread.
+streamed GET into a file, never past the size the caller expects: `limit`), both over
+keep-alive connections kept per thread. No answer is read whole past `MAX_API_BODY_BYTES`.
 
 Retrying a POST is only safe when the server can tell it is a repeat (an `Idempotency-Key`,
 or an operation that is harmless to repeat).
@@ -34,6 +35,7 @@ log = logging.getLogger("marketplace_client")
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 USER_AGENT = "marketplace-client/0.1 (+reference client)"
+MAX_API_BODY_BYTES = 32 * 2**20  # a JSON answer (a page, 500 links) is far smaller
 
 
 class ApiError(Exception):
@@ -59,6 +61,11 @@ class TransientError(Exception):
 
 class BodyCutOff(Exception):
     """A response ended before its Content-Length (http.client's readinto does not say so)."""
+
+
+class BodyOverrun(Exception):
+    """A response that promised or sent more bytes than the caller expects: what lies past
+    the expected size was never written (the caller discards the partial file)."""
 
 
 @dataclass
@@ -149,9 +156,9 @@ class ApiClient:
             )
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as raw:  # noqa: S310
-                    return Response(raw.status, _lower(raw.headers), raw.read())
+                    return Response(raw.status, _lower(raw.headers), _bounded(raw, url))
             except urllib.error.HTTPError as exc:
-                body = exc.read()
+                body = exc.read(MAX_API_BODY_BYTES)
                 if exc.code not in RETRY_STATUSES:
                     raise _api_error(exc.code, body) from None
                 last_problem = f"HTTP {exc.code}"
@@ -271,7 +278,7 @@ class ApiClient:
                 response = connection.getresponse()
                 if response.status < 400:
                     return handle(response)
-                body = response.read()
+                body = response.read(MAX_API_BODY_BYTES)
                 if response.status not in RETRY_STATUSES:
                     raise _api_error(response.status, body)
                 last_problem = f"HTTP {response.status}"
@@ -314,7 +321,7 @@ class ApiClient:
         }
 
         def location(response) -> str:
-            response.read()
+            _bounded(response, url)
             target = response.getheader("Location")
             if not (300 <= response.status < 400) or not target:
                 raise ApiError(
@@ -332,11 +339,14 @@ class ApiClient:
         resume: bool = True,
         chunk_bytes: int = 1024 * 1024,
         progress: Callable[[int], None] | None = None,
+        limit: int | None = None,
     ) -> Streamed:
         """GET a storage URL (no API key) into `path`. With `resume`, continue after what
         `path` already holds (an HTTP Range request); without, start it afresh (no read-back:
         a new file costs no more system calls than a plain download). Returns the SHA-256 of
-        the whole file, its size and modification time."""
+        the whole file, its size and modification time. With `limit` (the size the file
+        must have), an answer promising more, or one byte more than `limit` in all, raises
+        `BodyOverrun` with nothing past `limit` written: an endless body costs `limit` bytes."""
         with open(path, "ab+" if resume else "wb") as file:
             digest = hashlib.sha256()
             if resume:
@@ -346,19 +356,27 @@ class ApiClient:
             state = {"digest": digest, "size": file.tell()}
 
             def receive(response) -> None:
+                if response.status not in (200, 206):
+                    _bounded(response, url)
+                    raise ApiError(response.status, "unexpected_status", "Unexpected answer.")
+                start = state["size"] if response.status == 206 else 0
+                promised = start + (response.length or 0)
+                if limit is not None and promised > limit:
+                    response.close()  # (the socket closes with the connection only then)
+                    raise BodyOverrun(f"the answer promises {promised} bytes of {limit}")
                 if response.status == 200 and state["size"]:
                     file.seek(0)
                     file.truncate(0)  # the server sent the whole file, not the range
                     state["digest"], state["size"] = hashlib.sha256(), 0
-                elif response.status not in (200, 206):
-                    response.read()
-                    raise ApiError(response.status, "unexpected_status", "Unexpected answer.")
                 # into one buffer per thread, reused: no new megabyte (and its page faults)
                 # for every block
                 buffer = self._local.__dict__.get("buffer")
                 if buffer is None or len(buffer) != chunk_bytes:
                     buffer = self._local.buffer = memoryview(bytearray(chunk_bytes))
-                while count := response.readinto(buffer):
+                while count := response.readinto(_room(buffer, limit, state["size"])):
+                    if limit is not None and state["size"] + count > limit:
+                        response.close()
+                        raise BodyOverrun(f"more than the {limit} bytes expected arrived")
                     block = buffer[:count]
                     file.write(block)
                     state["digest"].update(block)
@@ -377,6 +395,9 @@ class ApiClient:
                 try:
                     self._pooled("GET", url, headers, receive)
                     break
+                except BodyOverrun:
+                    self._drop(self._connection_key(url))  # the rest of the body is unread
+                    raise
                 except (TransientError, BodyCutOff) as exc:
                     # A body cut off mid-way: go on from what arrived, within the same budget.
                     attempts_left -= 1
@@ -387,6 +408,20 @@ class ApiClient:
                     state["size"] = file.seek(0, os.SEEK_END)  # what did reach the file
             stat = os.fstat(file.fileno())
         return Streamed(state["digest"].hexdigest(), stat.st_size, stat.st_mtime_ns)
+
+
+def _room(buffer: memoryview, limit: int | None, held: int) -> memoryview:
+    """What the next read may take: the buffer, or at most one byte past `limit` (the byte
+    that shows the body is longer than expected)."""
+    return buffer if limit is None else buffer[: max(1, min(len(buffer), limit - held + 1))]
+
+
+def _bounded(response, url: str) -> bytes:
+    """A whole answer, refused past MAX_API_BODY_BYTES instead of read on without end."""
+    body = response.read(MAX_API_BODY_BYTES + 1)
+    if len(body) > MAX_API_BODY_BYTES:
+        raise TransientError(f"{_redact(url)}: an answer of more than {MAX_API_BODY_BYTES} bytes")
+    return body
 
 
 def _api_error(status: int, body: bytes) -> ApiError:

@@ -20,6 +20,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
+from marketplace_client.http import ApiError
+
 MAX_BATCH = 500  # the platform's limit per request
 
 
@@ -39,20 +41,31 @@ def links_requester(client, delivery_id: str, clock: Callable[[], float] = time.
     def request(paths: list[str]) -> dict[str, Link]:
         asked_at = clock()
         body = client.post(f"deliveries/{delivery_id}/links", {"paths": list(paths)})
-        expires_in = float(body["expires_in"])
-        # Keep a margin: a link must still be valid when its GET reaches storage, and the
-        # signature's time (X-Amz-Date) is cut to the second, so it may expire up to 1 s early.
-        good_until = asked_at + max(expires_in / 2, expires_in - 1.0 - min(30.0, expires_in / 5))
-        return {
-            item["path"]: Link(
-                item["path"],
-                item["url"],
-                int(item["size_bytes"]),
-                str(item.get("sha256") or ""),
-                good_until,
+        asked = set(paths)
+        try:
+            expires_in = float(body["expires_in"])
+            # Keep a margin: a link must still be valid when its GET reaches storage, and the
+            # signature's time (X-Amz-Date) is cut to the second: it may expire 1 s early.
+            good_until = asked_at + max(
+                expires_in / 2, expires_in - 1.0 - min(30.0, expires_in / 5)
             )
-            for item in body["links"]
-        }
+            links = {
+                item["path"]: Link(
+                    item["path"],
+                    str(item["url"]),
+                    int(item["size_bytes"]),
+                    str(item.get("sha256") or ""),
+                    good_until,
+                )
+                for item in body["links"]
+                if item["path"] in asked  # a link for a path not asked for is not kept
+            }
+        except (TypeError, KeyError, ValueError, AttributeError) as exc:
+            raise ApiError(200, "malformed_links", f"Links that do not parse ({exc}).") from None
+        missing = [path for path in paths if path not in links]
+        if missing:
+            raise ApiError(200, "missing_links", f"No link came for {missing[0]!r}.")
+        return links
 
     return request
 

@@ -9,6 +9,8 @@ them, resumably, to the job the mapping file names.
     fleet_agent/importers/aloha_hdf5.py "aloha-hdf5": ALOHA / ACT episode files
     fleet_agent/importers/ros2_mcap.py  "mcap": ROS 2 bags in MCAP (alignment.py: the rule)
     fleet_agent/importers/convert.py    arrays and frames -> Episode (parquet, MP4s)
+    fleet_agent/importers/sources.py    what a reader may read: paths kept inside the source,
+                                        declared sizes checked (mcap_records.py: MCAP's)
     fleet_agent/importers/local_checks.py  the platform's QA rules, run before upload
     fleet_agent/importers/episode_folder.py  format episode-folder (the platform's own files)
     fleet_agent/importers/journal.py    the per-job journal (SQLite): what was done, to resume

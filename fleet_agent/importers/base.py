@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -92,22 +91,6 @@ def recording_or_error(
         message = str(exc) if str(exc).startswith(source_id) else f"{source_id}: {exc}"
         return RecordingError(message, source_id=source_id)
     return replace(recording, files=tuple(files)) if files else recording
-
-
-def recordings_of_files(
-    source: Path, pattern: str, read_file, mapping: ImportMapping, skip=None
-) -> Iterator[Recording | RecordingError]:
-    """One recording per file: `source` itself, or each file under it matching `pattern`, in
-    path order; `read_file(path, mapping, source_id)` reads one."""
-    if source.is_file():
-        paths = [(source, source.name)]
-    else:
-        paths = [(path, str(path.relative_to(source))) for path in sorted(source.rglob(pattern))]
-    for path, source_id in paths:
-        if skip is None or not skip(source_id):
-            yield recording_or_error(
-                partial(read_file, path, mapping, source_id), source_id, (path,)
-            )
 
 
 def read_recordings(

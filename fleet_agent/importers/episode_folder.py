@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from fleet_agent.episodes import Episode
 from fleet_agent.importers.base import Recording, RecordingError, reader
 from fleet_agent.importers.mapping import ImportMapping
+from fleet_agent.importers.sources import SourceRoot
 
 CAMERA_PREFIX = "observation.images."
 SIDECAR_KEYS = {"operator", "task_instruction", "success", "fps"}
@@ -51,12 +52,13 @@ def read_episode_folder(
     if fps is not None and (not isinstance(fps, int) or isinstance(fps, bool) or fps < 1):
         raise RecordingError("[source] fps: a whole number of frames per second >= 1")
     pattern = "**/*.parquet" if options.get("recursive") else "*.parquet"
+    root = SourceRoot(source)
     for path in sorted(source.glob(pattern)):
         source_id = path.relative_to(source).with_suffix("").as_posix()
         if skip is not None and skip(source_id):
             continue
         try:
-            yield read_one(path, source_id, default_fps=fps)
+            yield read_one(path, source_id, default_fps=fps, root=root)
         except RecordingError as exc:
             yield RecordingError(f"{source_id}: {exc}", source_id=source_id)
 
@@ -73,10 +75,15 @@ def files_of(parquet: Path) -> tuple[Path, dict[str, Path], Path | None]:
     return parquet, dict(sorted(videos.items())), sidecar if sidecar.exists() else None
 
 
-def read_one(path: Path, source_id: str, *, default_fps: int | None = None) -> Recording:
+def read_one(
+    path: Path, source_id: str, *, default_fps: int | None = None, root: SourceRoot | None = None
+) -> Recording:
+    """One recording; with `root`, each of its files must stay inside it (RecordingError)."""
     parquet, videos, sidecar = files_of(path)
-    meta = _sidecar(sidecar) if sidecar else {}
-    data = parquet.read_bytes()
+    root = root or SourceRoot(path.parent)
+    opened = {file: root.contained(file) for file in (parquet, *videos.values(), sidecar) if file}
+    meta = _sidecar(opened[sidecar], sidecar.name) if sidecar else {}
+    data = opened[parquet].read_bytes()
     try:
         table = pq.read_table(io.BytesIO(data), columns=["timestamp"])
         width = _state_width(pq.read_schema(io.BytesIO(data)))
@@ -94,7 +101,7 @@ def read_one(path: Path, source_id: str, *, default_fps: int | None = None) -> R
         fps=int(fps),
         frames=frames,
         action_dim=width,
-        videos={key: video.read_bytes() for key, video in videos.items()},
+        videos={key: opened[video].read_bytes() for key, video in videos.items()},
     )
     return Recording(
         source_id=source_id,
@@ -106,24 +113,24 @@ def read_one(path: Path, source_id: str, *, default_fps: int | None = None) -> R
     )
 
 
-def _sidecar(path: Path) -> dict:
+def _sidecar(path: Path, name: str) -> dict:
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise RecordingError(f"{path.name} is not JSON ({exc})") from None
+        raise RecordingError(f"{name} is not JSON ({exc})") from None
     if not isinstance(meta, dict):
-        raise RecordingError(f"{path.name}: a JSON object is expected")
+        raise RecordingError(f"{name}: a JSON object is expected")
     unknown = set(meta) - SIDECAR_KEYS
     if unknown:
-        raise RecordingError(f"{path.name}: unknown key {sorted(unknown)[0]!r}")
+        raise RecordingError(f"{name}: unknown key {sorted(unknown)[0]!r}")
     for key in ("operator", "task_instruction"):
         if key in meta and not isinstance(meta[key], str):
-            raise RecordingError(f"{path.name}: {key} must be a string")
+            raise RecordingError(f"{name}: {key} must be a string")
     if "success" in meta and not isinstance(meta["success"], bool):
-        raise RecordingError(f"{path.name}: success must be true or false")
+        raise RecordingError(f"{name}: success must be true or false")
     fps = meta.get("fps")
     if fps is not None and (not isinstance(fps, int) or isinstance(fps, bool) or fps < 1):
-        raise RecordingError(f"{path.name}: fps must be a whole number >= 1")
+        raise RecordingError(f"{name}: fps must be a whole number >= 1")
     return meta
 
 

@@ -24,6 +24,7 @@ clips are copied wherever the cut allows and re-encoded in it, or h264, elsewher
 from __future__ import annotations
 
 import json
+import string
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -43,14 +44,24 @@ from fleet_agent.importers.convert import (
     video_codec,
 )
 from fleet_agent.importers.mapping import ImportMapping
+from fleet_agent.importers.sources import SourceRoot
 
 STATE, ACTION = "observation.state", "action"
 FLOATS = ("float32", "float64")
+INFO = "meta/info.json"
+# The fields LeRobot's path patterns take, and how it writes them (lerobot/datasets/utils.py:
+# DEFAULT_DATA_PATH "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+# DEFAULT_VIDEO_PATH "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"):
+# nothing else is formatted (a width of 400000000 would build a 400 MB string).
+PATTERN_FIELDS = {
+    "data_path": {"chunk_index": "03d", "file_index": "03d"},
+    "video_path": {"video_key": "", "chunk_index": "03d", "file_index": "03d"},
+}
 
 
 @dataclass
 class Dataset:
-    root: Path
+    root: SourceRoot
     info: dict
     episodes: list[dict]
     tasks: dict[int, str]
@@ -63,24 +74,48 @@ class Dataset:
         return int(self.info["fps"])
 
     def data_rows(self, row: dict) -> pa.Table:
-        path = self.root / self.info["data_path"].format(
+        relative = self.info["data_path"].format(
             chunk_index=int(row["data/chunk_index"]), file_index=int(row["data/file_index"])
         )
+        path = self.root.inside(relative, what=f"{INFO} data_path")
         if self._data[0] != path:
             columns = [STATE, ACTION, *self.vectors, "timestamp", "frame_index", "episode_index"]
             columns += ["task_index"] if "task_index" in self.info["features"] else []
             try:
                 self._data = (path, pq.read_table(path, columns=columns))
             except (OSError, pa.ArrowException) as exc:
-                raise RecordingError(f"{path.relative_to(self.root)}: unreadable ({exc})") from exc
+                raise RecordingError(f"{self.root.shown(path)}: unreadable ({exc})") from exc
         table = self._data[1]
         rows = table.filter(pc.equal(table["episode_index"], int(row["episode_index"])))
         return rows.sort_by("frame_index")
 
 
-def _info(root: Path) -> dict:
+def _pattern(root: SourceRoot, info: dict, key: str) -> None:
+    """info[key] formats only LeRobot's fields, as LeRobot writes them."""
+    fields, pattern = PATTERN_FIELDS[key], info[key]
+    where = f"{root}: {INFO} {key} {pattern[:200]!r}"
     try:
-        info = json.loads((root / "meta/info.json").read_text())
+        parsed = list(string.Formatter().parse(pattern))
+    except ValueError as exc:
+        raise RecordingError(f"{where}: not a path pattern ({exc})") from None
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name not in fields:
+            known = ", ".join(f"{{{field}}}" for field in fields)
+            raise RecordingError(f"{where}: {{{name}}} is not one of LeRobot's fields ({known})")
+        if conversion or spec not in ("", fields[name]):
+            written = f"{{{name}:{fields[name]}}}" if fields[name] else f"{{{name}}}"
+            how = f"!{conversion}" if conversion else repr(spec[:40])
+            raise RecordingError(
+                f"{where}: {{{name}}} formatted as {how} is not how LeRobot writes it"
+                f" ({written}); not read"
+            )
+
+
+def _info(root: SourceRoot) -> dict:
+    try:
+        info = json.loads(root.inside(INFO, what=INFO).read_text())
     except (OSError, ValueError) as exc:
         raise RecordingError(f"{root}: no readable meta/info.json ({exc})") from exc
     if not isinstance(info, dict) or info.get("codebase_version") != "v3.0":
@@ -96,6 +131,10 @@ def _info(root: Path) -> dict:
             raise RecordingError(f"{root}: the dataset has no float feature {name}")
     if not isinstance(info.get("data_path"), str):
         raise RecordingError(f"{root}: meta/info.json lacks data_path")
+    if not isinstance(info.get("video_path"), str | None):
+        raise RecordingError(f"{root}: meta/info.json's video_path must be a string or null")
+    for key in ("data_path", "video_path") if info.get("video_path") else ("data_path",):
+        _pattern(root, info, key)
     return info
 
 
@@ -117,18 +156,20 @@ def _vectors(features: dict, options: dict) -> list[str]:
     return list(wanted)
 
 
-def _episode_rows(root: Path) -> list[dict]:
-    files = sorted((root / "meta/episodes").rglob("*.parquet"))
+def _episode_rows(root: SourceRoot) -> list[dict]:
+    folder = root.inside("meta/episodes", what="meta/episodes")
+    files = sorted(folder.rglob("*.parquet"))
     if not files:
         raise RecordingError(f"{root}: no meta/episodes/*.parquet")
     rows = []
     for path in files:
+        path = root.contained(path)
         try:
             parquet = pq.ParquetFile(path)
             names = [n for n in parquet.schema_arrow.names if not n.startswith("stats/")]
             rows += parquet.read(columns=names).to_pylist()
         except (OSError, pa.ArrowException) as exc:
-            raise RecordingError(f"{path.relative_to(root)}: unreadable ({exc})") from exc
+            raise RecordingError(f"{root.shown(path)}: unreadable ({exc})") from exc
     needed = ("episode_index", "length", "data/chunk_index", "data/file_index")
     for row in rows:
         missing = [name for name in needed if row.get(name) is None]
@@ -137,8 +178,8 @@ def _episode_rows(root: Path) -> list[dict]:
     return sorted(rows, key=lambda row: row["episode_index"])
 
 
-def _tasks(root: Path) -> dict[int, str]:
-    path = root / "meta/tasks.parquet"
+def _tasks(root: SourceRoot) -> dict[int, str]:
+    path = root.inside("meta/tasks.parquet", what="meta/tasks.parquet")
     if not path.exists():
         return {}
     table = pq.read_table(path)
@@ -149,7 +190,8 @@ def _tasks(root: Path) -> dict[int, str]:
     return dict(zip(table["task_index"].to_pylist(), table[column].to_pylist(), strict=True))
 
 
-def open_dataset(root: Path, options: dict) -> Dataset:
+def open_dataset(source: Path, options: dict) -> Dataset:
+    root = SourceRoot(source)
     info = _info(root)
     features = info["features"]
     videos = [name for name, feature in features.items() if feature.get("dtype") == "video"]
@@ -182,11 +224,12 @@ def _clip(dataset: Dataset, row: dict, key: str, length: int, codec: str, name: 
     columns = [f"videos/{key}/{part}" for part in ("chunk_index", "file_index", "from_timestamp")]
     if any(row.get(column) is None for column in columns) or not dataset.info.get("video_path"):
         raise RecordingError(f"{name}: meta/episodes does not say where its {key} video is")
-    path = dataset.root / dataset.info["video_path"].format(
+    relative = dataset.info["video_path"].format(
         video_key=key, chunk_index=int(row[columns[0]]), file_index=int(row[columns[1]])
     )
+    path = dataset.root.inside(relative, what=f"{name}: {INFO} video_path")
     if not path.exists():
-        raise RecordingError(f"{name}: {path.relative_to(dataset.root)} is missing")
+        raise RecordingError(f"{name}: {dataset.root.shown(path)} is missing")
     start = round(float(row[columns[2]]) * dataset.fps)
     return cut_clip(path, start=start, length=length, fps=dataset.fps, codec=codec, name=name)
 

@@ -5,10 +5,11 @@
 
 1. skips it if the journal has it completed;
 2. checks it locally: the job's cameras each have a video, operator and task are known, and,
-   when `fleet_agent/importers/local_checks.py` exists, `check_recording(recording, job)`
-   (the platform's own QA rules, run before any byte is sent: a problem found there is
-   reported and nothing is uploaded; the module is optional, imported inside a
-   `try/except ModuleNotFoundError`);
+   when `fleet_agent/importers/local_checks.py` exists, `check_recording(recording, job,
+   embodiment)` with the catalog's entry for the job's embodiment (`GET catalog/embodiments`:
+   its joint limits and content thresholds), the platform's own QA rules, run before any
+   byte is sent: a problem found there is reported and nothing is uploaded (the module is
+   optional, imported inside a `try/except ModuleNotFoundError`);
 3. registers it (`POST jobs/<id>/episodes`) with an `Idempotency-Key` derived from (job,
    source id, SHA-256): a crash between the platform's answer and the journal's note gets
    the same episode back (the platform replays its first answer) instead of a second one;
@@ -28,6 +29,7 @@ journal keeps what was done, and the next run resumes there.
 from __future__ import annotations
 
 import importlib
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -46,6 +48,7 @@ LOCAL_CHECKS = "fleet_agent.importers.local_checks"  # optional (the readers' he
 WORKING = ("assigned", "in_progress")
 STORAGE_REFUSED = (400, 403, 404)  # an expired URL, a key or multipart upload renewed away
 Progress = Callable[[str, dict], None]  # (event, info): "begin", "sent", "done"
+log = logging.getLogger("fleet_agent")
 
 
 class ImportStopped(RuntimeError):
@@ -117,10 +120,12 @@ class ImportSummary:
 
 @dataclass(frozen=True)
 class Target:
-    """The job the mapping names, as the platform shows it, and the robot recording it."""
+    """The job the mapping names, as the platform shows it, the robot recording it, and the
+    catalog's entry for its embodiment (None if the catalog no longer lists it)."""
 
     job: dict
     robot_id: str
+    embodiment: dict | None = None
 
     @property
     def job_id(self) -> str:
@@ -154,7 +159,10 @@ def resolve_target(client: ApiClient, mapping: ImportMapping) -> Target:
         raise ImportStopped(
             f"job {mapping.job}: no {wanted} of embodiment {job['embodiment']} at its site"
         )
-    return Target(job=job, robot_id=robots[0]["id"])
+    embodiment = client.embodiments().get(job["embodiment"])
+    if embodiment is None:
+        log.warning("job %s: embodiment %s is not in the catalog", job["id"], job["embodiment"])
+    return Target(job=job, robot_id=robots[0]["id"], embodiment=embodiment)
 
 
 # Readers that encode camera frames: unless the mapping says, they encode (or keep) the codec
@@ -272,8 +280,9 @@ def videos_of(target: Target, recording: Recording) -> dict[str, bytes]:
     return {key: recording.episode.videos[key] for key in target.camera_keys}
 
 
-def local_problems(recording: Recording, job: dict) -> list[str]:
-    """The shared QA rules run here (`local_checks.check_recording`), if that module exists.
+def local_problems(recording: Recording, job: dict, embodiment: dict | None) -> list[str]:
+    """The shared QA rules run here (`local_checks.check_recording`, with the embodiment's
+    catalog entry: joint limits and thresholds), if that module exists.
     It may raise `RecordingError` or return the problems (strings, dicts or objects with
     `code` and `message`); [] when it is absent or finds nothing."""
     try:
@@ -282,7 +291,7 @@ def local_problems(recording: Recording, job: dict) -> list[str]:
         if exc.name != LOCAL_CHECKS:  # the module is there but needs something missing
             raise
         return []
-    problems = local_checks.check_recording(recording, job) or []
+    problems = local_checks.check_recording(recording, job, embodiment) or []
     return [_problem_text(problem) for problem in problems]
 
 
@@ -300,7 +309,7 @@ def _upload(client, mapping, target, journal, recording, notify) -> Outcome:
     source_id, episode = recording.source_id, recording.episode
     body = registration_body(mapping, target, recording)
     videos = videos_of(target, recording)
-    problems = local_problems(recording, target.job)
+    problems = local_problems(recording, target.job, target.embodiment)
     if problems:
         raise RecordingError("local QA: " + "; ".join(problems))
     declared = {"sha256": episode.sha256, "videos": body["videos"]}

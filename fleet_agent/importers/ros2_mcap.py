@@ -36,12 +36,9 @@ from pathlib import Path
 
 import av
 import numpy as np
-from mcap.exceptions import McapError
-from mcap.reader import make_reader
-from mcap_ros2.decoder import DecoderFactory
 
 from fleet_agent.importers.alignment import NS, align, frame_clock
-from fleet_agent.importers.base import Recording, RecordingError, reader, recordings_of_files
+from fleet_agent.importers.base import Recording, RecordingError, reader
 from fleet_agent.importers.convert import (
     camera_map,
     encode_camera,
@@ -50,6 +47,8 @@ from fleet_agent.importers.convert import (
     video_codec,
 )
 from fleet_agent.importers.mapping import ImportMapping
+from fleet_agent.importers.mcap_records import decoded_messages
+from fleet_agent.importers.sources import recordings_of_files
 
 JOINT_STATE = "sensor_msgs/JointState"
 MULTI_ARRAY = "std_msgs/Float64MultiArray"
@@ -60,8 +59,8 @@ IMAGE_CHANNELS |= {"rgba8": (4, (0, 1, 2)), "bgra8": (4, (2, 1, 0))}
 COMPRESSED_CODECS = {"jpeg": "mjpeg", "jpg": "mjpeg", "png": "png"}
 
 
-def _type_name(schema) -> str:
-    return schema.name.replace("/msg/", "/") if schema is not None else ""
+def _type_name(schema_name: str) -> str:
+    return schema_name.replace("/msg/", "/")
 
 
 @dataclass
@@ -166,14 +165,10 @@ def _time(message, log_time: int, clock: str) -> int:
 
 
 def _messages(path: Path, topics: list[str]):
-    """(type name, message, log time) of `topics`, in log time order."""
-    try:
-        with path.open("rb") as handle:
-            messages = make_reader(handle, decoder_factories=[DecoderFactory()])
-            for schema, channel, message, decoded in messages.iter_decoded_messages(topics):
-                yield _type_name(schema), channel.topic, decoded, message.log_time
-    except (McapError, ValueError, EOFError, KeyError, OSError) as exc:
-        raise RecordingError(f"not a readable MCAP file ({exc})") from exc
+    """(type name, topic, message, log time) of `topics`, in file order, read within bounds
+    (fleet_agent/importers/mcap_records.py)."""
+    for schema_name, topic, decoded, log_time in decoded_messages(path, topics):
+        yield _type_name(schema_name), topic, decoded, log_time
 
 
 class _Camera:

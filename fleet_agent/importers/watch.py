@@ -14,6 +14,10 @@ listing or the set of settled files changed since the last pass, so an idle fold
 listing per poll. `once=True` waits until the folder is settled, runs one pass and returns.
 A platform outage during a pass (past the client's retries) is reported and the pass tried
 again after a pause; a refusal of the job or key ends the watch (`ImportStopped`).
+
+A symbolic link under the folder that leads out of it is not watched (nor imported: the
+readers refuse it, fleet_agent/importers/sources.py), so a file elsewhere on the machine
+never becomes part of a recording.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from fleet_agent.importers.pipeline import (
     import_recordings,
     resolve_target,
 )
+from fleet_agent.importers.sources import SourceRoot
 
 OUTAGE_PAUSE_SECONDS = 10.0
 log = logging.getLogger("fleet_agent")
@@ -55,6 +60,7 @@ class FolderState:
         self.settle_seconds = settle_seconds
         self.clock = clock
         self.ignore = ignore  # a path prefix not watched (a journal kept in the folder)
+        self.root = SourceRoot(self.directory)
         self._files: dict[Path, tuple[tuple[int, int], float]] = {}  # path -> (sig, since)
 
     def scan(self) -> None:
@@ -65,6 +71,8 @@ class FolderState:
                 path = Path(root) / name
                 if self.ignore and str(path).startswith(self.ignore):
                     continue
+                if path.is_symlink() and self.root.leads_out(path):
+                    continue  # a file elsewhere: never watched
                 signature = _signature(path)
                 if signature is None:
                     continue  # gone between the listing and the stat

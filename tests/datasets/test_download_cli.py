@@ -14,7 +14,7 @@ import pytest
 from django.db import connections
 
 from datasets.models import DownloadEvent
-from marketplace_client.download import STATE_FILE, DeliveryDownloader
+from marketplace_client.download import JOURNAL, DeliveryDownloader, part_path
 from marketplace_client.http import ApiClient, ApiError
 from tests.datasets.synthetic_delivery import make_ready_delivery, synthetic_files
 
@@ -45,7 +45,7 @@ def run_cli(base_url, raw_key, delivery, dest, *extra):
 
 def verified(dest) -> set:
     try:
-        lines = (dest / STATE_FILE).read_text().splitlines()
+        lines = (dest / JOURNAL).read_text().splitlines()
     except OSError:
         return set()
     paths = set()
@@ -90,8 +90,7 @@ def test_a_thousand_files_resume_after_sigkill_and_match_the_manifest(
     missing = sorted(path for path in files if path not in state)
     cut, damaged = missing[0], missing[1]
     for path, content in ((cut, files[cut][: len(files[cut]) // 2]), (damaged, b"x" * 100)):
-        (dest / path).parent.mkdir(parents=True, exist_ok=True)
-        (dest / (path + ".part")).write_bytes(content)
+        part_path(dest, path).write_bytes(content)
 
     # and: it runs again to the end
     second = run_cli(live_server.url, customer.raw_key, delivery, dest)
@@ -109,7 +108,7 @@ def test_a_thousand_files_resume_after_sigkill_and_match_the_manifest(
         data = (dest / entry["path"]).read_bytes()
         assert len(data) == entry["size"] and hashlib.sha256(data).hexdigest() == entry["sha256"]
         assert data == files[entry["path"]]
-    assert not list(dest.rglob("*.part"))
+    assert not list(dest.rglob("*.part"))  # (the partial files' folder is left empty)
     # every file went through the audited endpoint; the second run only for what was missing
     links_after = DownloadEvent.objects.filter(delivery=delivery).count()
     assert links_after - links_before <= 1002 - done_before + 1 + 2  # + manifest, + re-fetches
@@ -262,7 +261,8 @@ def test_a_damaged_partial_file_is_fetched_again_whole(live_server, s3, customer
     dest = tmp_path / "dataset"
     first = sorted(files)[0]
     (dest / first).parent.mkdir(parents=True)
-    (dest / (first + ".part")).write_bytes(b"x" * 100)
+    part_path(dest, first).parent.mkdir(parents=True)
+    part_path(dest, first).write_bytes(b"x" * 100)
     # (and the file itself in place but not yet in the journal: killed within its flush)
     (dest / first).write_bytes(files[first])
 
@@ -302,7 +302,7 @@ def test_a_file_that_failed_is_tried_once_more_before_it_is_reported(
     # a file that keeps failing is reported once, with its error
     calls.clear()
     (tmp_path / failing).unlink()
-    (tmp_path / STATE_FILE).unlink()
+    (tmp_path / JOURNAL).unlink()
     downloader = DeliveryDownloader(client, str(delivery.id), tmp_path, quiet=True)
     real_fetch = downloader._fetch
 

@@ -172,11 +172,12 @@ def test_a_link_stale_on_arrival_is_still_handed_to_the_worker_that_asked():
 
 
 def test_the_journal_survives_a_line_cut_off_by_a_kill(tmp_path):
-    from marketplace_client.download import STATE_FILE, FileEntry, StateFile
+    from marketplace_client.download import JOURNAL, FileEntry, StateFile
 
     # given: a journal whose last line a kill cut off mid-way
     good = '{"path": "a.bin", "size": 1, "sha256": "x", "mtime_ns": 5}\n'
-    (tmp_path / STATE_FILE).write_text(good + '{"path": "b.bi')
+    (tmp_path / JOURNAL).parent.mkdir()
+    (tmp_path / JOURNAL).write_text(good + '{"path": "b.bi')
     state = StateFile(tmp_path)
     assert set(state.entries) == {"a.bin"}
     # when: the next run records a file
@@ -232,3 +233,25 @@ def test_a_body_cut_off_mid_way_continues_with_a_range_request(tmp_path):
     assert target.read_bytes() == body
     assert got.size == len(body) and got.sha256 == hashlib.sha256(body).hexdigest()
     assert ranges[0] is None and ranges[-1] == f"bytes={len(body) // 2}-"
+
+
+def test_a_links_answer_is_taken_only_for_the_paths_asked_and_must_cover_them():
+    from marketplace_client.links import links_requester
+
+    class Platform:
+        def __init__(self, links, expires_in=300):
+            self.body = {"expires_in": expires_in, "links": links}
+
+        def post(self, path, body):
+            return self.body
+
+    def link(path):
+        return {"path": path, "url": f"http://s3/{path}", "size_bytes": 1}
+
+    got = links_requester(Platform([link("a"), link("b"), link("other")]), "d")(["a", "b"])
+    assert sorted(got) == ["a", "b"]  # a link for a path not asked for is dropped
+    with pytest.raises(ApiError, match="No link came for 'b'"):
+        links_requester(Platform([link("a")]), "d")(["a", "b"])
+    for broken in (Platform([{"path": "a"}]), Platform([link("a")], expires_in="soon")):
+        with pytest.raises(ApiError, match="Links that do not parse"):
+            links_requester(broken, "d")(["a"])

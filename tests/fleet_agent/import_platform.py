@@ -107,13 +107,3 @@ def codec_loss(a, b) -> float:
     return max(
         float(np.abs(x.astype(int) - y.astype(int)).mean()) for x, y in zip(a, b, strict=True)
     )
-
-
-def catalog_embodiment(client, slug: str = "franka-fr3") -> dict:
-    """The catalog's entry for `slug` (`GET /api/v1/catalog/embodiments`), as an agent reads
-    it: action_dim, state_names and `content_qa`, the thresholds QA applies."""
-    response = client.get("/api/v1/catalog/embodiments", {"page_size": 100})
-    assert response.status_code == 200, response.json()
-    body = response.json()
-    entries = body["results"] if isinstance(body, dict) else body
-    return next(entry for entry in entries if entry["slug"] == slug)

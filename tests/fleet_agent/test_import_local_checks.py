@@ -1,6 +1,8 @@
 """Local checks before upload are the platform's own QA rules (one shared module, pure): a
-defective recording gets the same reason codes on the fleet's machine as from the platform's
-QA after upload, and importing them pulls in neither Django nor boto3."""
+defective recording imported with `import_recordings` (as `fleet-agent import` does, the
+embodiment fetched from the catalog by the importer itself) is stopped on the fleet's machine
+with the same reason codes and sentences the platform's QA gives the same file after upload,
+and importing them pulls in neither Django nor boto3."""
 
 import subprocess
 import sys
@@ -11,10 +13,13 @@ import numpy as np
 import pytest
 
 from datasets.models import Episode
+from fleet_agent.client import ApiClient
 from fleet_agent.importers import parse_mapping, read_recordings
-from fleet_agent.importers.local_checks import check_recording
+from fleet_agent.importers.journal import Journal
+from fleet_agent.importers.pipeline import import_recordings
 from tests.fleet_agent.import_files import SCENE, WRIST, spec, write_aloha
-from tests.fleet_agent.import_platform import catalog_embodiment, import_collection, upload
+from tests.fleet_agent.import_platform import import_collection, upload
+from tests.fleet_agent.test_integration import platform as platform
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,11 +68,17 @@ DEFECTS = [
 ]
 
 
-@pytest.mark.django_db
-@pytest.mark.usefixtures("s3", "eager_celery")
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(("defect", "camera", "reason"), DEFECTS)
 def test_a_defective_recording_gets_the_same_reason_locally_and_from_the_platform(
-    fleet_operator, customer, django_capture_on_commit_callbacks, tmp_path, defect, camera, reason
+    platform,
+    fleet_operator,
+    customer,
+    django_capture_on_commit_callbacks,
+    tmp_path,
+    defect,
+    camera,
+    reason,
 ):
     path = tmp_path / "episode.hdf5"
     write_aloha(path, 60, seed=4)
@@ -81,17 +92,22 @@ def test_a_defective_recording_gets_the_same_reason_locally_and_from_the_platfor
         {
             "job": str(collection.job.id),
             "format": "aloha-hdf5",
+            "operator": "op-7",
+            "task_instruction": "insert the peg",
             "source": {"fps": 30, "cameras": {"cam_high": SCENE, "cam_wrist": WRIST}},
         }
     )
+    client = ApiClient(platform, fleet_operator.raw_key)
+
+    with Journal.open(tmp_path / "journal.sqlite3", mapping.job) as journal:
+        summary = import_recordings(client, mapping, path, journal)  # stopped locally
     [recording] = read_recordings(path, mapping)
+    episode = upload(collection, recording, django_capture_on_commit_callbacks)  # the platform's
 
-    embodiment = catalog_embodiment(collection.operator.client)
-    local = check_recording(recording, {"stream_spec": stream_spec}, embodiment)
-    episode = upload(collection, recording, django_capture_on_commit_callbacks)
-
+    [outcome] = summary.outcomes
+    assert outcome.status == "failed" and outcome.episode_id is None  # nothing was sent
     assert episode.status == Episode.Status.REJECTED
-    platform = [failure["code"] for failure in episode.qa_failures]
-    assert reason in platform
-    assert [failure.code for failure in local] == platform
-    assert [failure.message for failure in local] == [f["message"] for f in episode.qa_failures]
+    assert reason in [failure["code"] for failure in episode.qa_failures]
+    assert outcome.message == "local QA: " + "; ".join(
+        f"{failure['code']}: {failure['message']}" for failure in episode.qa_failures
+    )

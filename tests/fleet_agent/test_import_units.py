@@ -195,21 +195,29 @@ class _NoUploads:
 def test_local_checks_when_present_stop_a_bad_episode_before_upload(monkeypatch, tmp_path):
     recording = Recording("ep1", make_episode(action_dim=2, seconds=1, seed=1))
     job = {"id": "j1", "site": "s1", "stream_spec": {}}
-    assert local_problems(recording, job) == []  # the module is absent here: no checks
+    embodiment = {"slug": "arm", "action_dim": 2, "content_qa": {}}
+    assert local_problems(recording, job, embodiment) == []  # a clean episode: no problem
     module = types.ModuleType("fleet_agent.importers.local_checks")
-    module.check_recording = lambda rec, j: [
-        {"code": "state_jump", "message": "joint 2 jumps 50 rad at frame 10"},
-        "frozen_signal",
-    ]
+    seen = []
+
+    def check_recording(rec, j, e):
+        seen.append(e)
+        return [
+            {"code": "state_jump", "message": "joint 2 jumps 50 rad at frame 10"},
+            "frozen_signal",
+        ]
+
+    module.check_recording = check_recording
     monkeypatch.setitem(sys.modules, "fleet_agent.importers.local_checks", module)
     with Journal.open(tmp_path / "j.sqlite3", "j1") as journal:
-        target = Target(job=job, robot_id="r1")
+        target = Target(job=job, robot_id="r1", embodiment=embodiment)
         outcome = _import_one(_NoUploads(), FOLDER, target, journal, recording, lambda e, i: None)
         assert outcome.status == "failed"
         assert outcome.message == (
             "local QA: state_jump: joint 2 jumps 50 rad at frame 10; frozen_signal"
         )
         assert journal.get("ep1").state == "failed"
+    assert seen == [embodiment]  # the job's embodiment reached the checks
 
 
 def test_a_parquet_sidecar_must_be_an_object_of_known_keys(tmp_path):
@@ -229,6 +237,9 @@ class _DownPlatform:
 
     def robots(self):
         return [{"id": "r1", "name": "fr3", "site": "s1", "embodiment": "franka-fr3"}]
+
+    def embodiments(self):
+        return {}  # no catalog entry for the job's embodiment: checked without one
 
     def register_episode_replayed(self, job_id, body, key):
         from fleet_agent.client import TransientError

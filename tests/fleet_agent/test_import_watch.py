@@ -106,3 +106,28 @@ def test_watch_once_imports_what_is_there_and_exits(platform, operator, customer
     assert cli.main(["watch", *args, str(folder)]) == 0  # again: nothing new to do
     assert capsys.readouterr().out.startswith("watch: 0 imported")
     assert Episode.objects.filter(order=held.order).count() == 1
+
+
+def test_links_leading_out_of_the_watched_folder_are_not_imported(
+    platform, operator, customer, tmp_path, capsys
+):
+    from fleet_agent import cli
+
+    held = held_job(platform, operator, customer, tmp_path)
+    folder, elsewhere = tmp_path / "watched", tmp_path / "elsewhere"
+    written = write_recording(folder, "inside", seed=83)
+    secret = write_recording(elsewhere, "secret", seed=84)  # a clean episode QA would accept
+    for file in elsewhere.iterdir():  # linked.parquet, linked.scene.mp4, ... -> elsewhere
+        (folder / file.name.replace("secret", "linked")).symlink_to(file)
+    args = ["--config", str(held.config_path), "--mapping", str(held.mapping_path)]
+    args += ["--journal", str(tmp_path / "j.sqlite3"), "--once", "--settle-seconds", "0.5"]
+
+    assert cli.main(["watch", *args, str(folder)]) == 3  # done, a recording failed
+
+    out = capsys.readouterr().out
+    assert f"failed   linked: linked: linked.parquet is a symbolic link to {elsewhere}" in out
+    assert "outside the source (not followed)" in out
+    assert "watch: 1 imported, 0 resumed, 0 skipped, 1 failed;" in out
+    episodes = Episode.objects.filter(order=held.order)
+    assert [e.sha256 for e in episodes] == [written["sha256"]]
+    assert not Episode.objects.filter(sha256=secret["sha256"]).exists()
