@@ -27,6 +27,7 @@ import signal
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from django.conf import settings
 
@@ -37,6 +38,7 @@ from datasets.qa_video_checks import (
     VideoLimits,
     check_camera_lengths,
     check_video_file,
+    with_decode_budget,
 )
 
 MEMORY_EXIT = 3  # the child ran out of its memory budget
@@ -85,6 +87,10 @@ def video_limits(deadline: float | None = None) -> VideoLimits:
         dark_luma=settings.EPISODE_QA_VIDEO_DARK_LUMA,
         bright_luma=settings.EPISODE_QA_VIDEO_BRIGHT_LUMA,
         frozen_difference=settings.EPISODE_QA_VIDEO_FROZEN_DIFFERENCE,
+        max_width=settings.EPISODE_QA_VIDEO_MAX_WIDTH,
+        max_height=settings.EPISODE_QA_VIDEO_MAX_HEIGHT,
+        cpu_seconds_base=settings.EPISODE_QA_VIDEO_CPU_SECONDS_BASE,
+        cpu_seconds_per_second=settings.EPISODE_QA_VIDEO_CPU_SECONDS_PER_SECOND,
         deadline=deadline,
     )
 
@@ -127,20 +133,33 @@ def check_stored_videos(
     videos: tuple[StoredVideo, ...], *, fps: int, frames: int, result: QAResult, limits
 ) -> None:
     """Each video fetched to a temporary file (size and SHA-256 verified on the way), then
-    checked there (datasets/qa_video_checks.py); then the cameras' lengths against each other."""
+    the fetched ones checked there (check_video_files)."""
+    with tempfile.TemporaryDirectory(prefix="qa-videos-") as folder:
+        fetched = []
+        for number, video in enumerate(videos):
+            path = Path(folder) / f"{number}.mp4"
+            with path.open("wb") as handle:
+                if _fetched(video, handle, result):
+                    fetched.append((video, path))
+        check_video_files(fetched, fps=fps, frames=frames, result=result, limits=limits)
+
+
+def check_video_files(
+    videos: list[tuple[StoredVideo, Path]], *, fps: int, frames: int, result: QAResult, limits
+) -> None:
+    """The cameras' local files (datasets/qa_video_checks.py), within one CPU budget for
+    decoding the episode's videos; then the cameras' lengths against each other."""
+    limits = with_decode_budget(limits, frames=frames, fps=fps)
     measures = {}
-    for video in videos:
-        with tempfile.NamedTemporaryFile(suffix=".mp4") as handle:
-            if not _fetched(video, handle, result):
-                continue
-            expected = VideoExpectation(
-                camera_key=video.camera_key,
-                fps=fps,
-                frames=frames,
-                min_width=video.min_width,
-                min_height=video.min_height,
-            )
-            measures[video.camera_key] = check_video_file(handle.name, expected, result, limits)
+    for video, path in videos:
+        expected = VideoExpectation(
+            camera_key=video.camera_key,
+            fps=fps,
+            frames=frames,
+            min_width=video.min_width,
+            min_height=video.min_height,
+        )
+        measures[video.camera_key] = check_video_file(path, expected, result, limits)
     check_camera_lengths(measures, result)
     result.videos = {camera: measure.as_json() for camera, measure in measures.items()}
 
