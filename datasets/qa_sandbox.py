@@ -3,9 +3,10 @@
 The footer checks in qa_checks refuse what a file declares beyond QALimits, but a parquet
 decoder can still be made to allocate far more than the file's size (pages that lie about
 their contents, run-length bombs). So the checks run in a forked child that is killed the
-moment its resident memory passes EPISODE_QA_MEMORY_BYTES beyond what it shares with us at
-fork (watched every 10 ms; an address-space limit is the backstop against one huge
-allocation between two looks), or at the deadline. The QA worker itself never grows: a
+moment its own resident memory (anonymous pages: not code or libraries; a video decoder's
+frames too) passes EPISODE_QA_MEMORY_BYTES beyond what it shares with us at fork (watched every
+10 ms; an address-space limit is the backstop against one huge allocation between two looks),
+or at the deadline. The QA worker itself never grows: a
 child that runs out of memory or time gives a verdict (`qa_memory_limit`, `qa_time_limit`),
 and the worker goes on with the next episode. A child that dies of anything else (a decoder
 crash) is a verdict too; storage errors in the child come back as StorageUnavailable, so the
@@ -256,9 +257,15 @@ PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
 def _resident_bytes(pid: int) -> int:
+    """Resident memory of `pid` that is its own (anonymous: the heap, FFmpeg's frames), not
+    file pages (code, libraries): a forked child shares its parent's anonymous pages at once
+    but maps the file pages back only as it runs, so its whole resident size starts far below
+    its parent's (70 against 114 MB here) and a ceiling on that let a decoder's frames grow
+    unseen into the difference."""
     try:
         with open(f"/proc/{pid}/statm") as statm:
-            return int(statm.read().split()[1]) * PAGE_BYTES
+            fields = statm.read().split()
+        return (int(fields[1]) - int(fields[2])) * PAGE_BYTES  # resident - shared (file) pages
     except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
         return 0
 

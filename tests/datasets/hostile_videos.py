@@ -108,6 +108,41 @@ def with_timecode(frames: int, *, fps: int = 30, format: str = "mov") -> bytes:
     return sink.getvalue()
 
 
+def _annexb(width: int, height: int, frames: int, fps: int) -> bytes:
+    """Raw H.264 (start codes, its parameter sets in-band) of a lit picture."""
+    sink = io.BytesIO()
+    with av.open(sink, "w", format="h264") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.options = {"preset": "ultrafast", "bf": "0", "tune": "zerolatency"}
+        picture = av.VideoFrame.from_ndarray(np.full((height, width, 3), 120, np.uint8), "rgb24")
+        for index in [*range(frames), None]:  # None: flush
+            if index is not None:
+                picture.pts, picture.time_base = index, Fraction(1, fps)
+            packets = stream.encode(picture if index is not None else None)
+            keep_normal_scheduling()
+            for packet in packets:
+                container.mux(packet)
+    return sink.getvalue()
+
+
+def size_switch(first: tuple[int, int], then: tuple[int, int], frames: int, fps: int = 30):
+    """An MP4 whose header (and first `frames` frames) say `first`, then `frames` frames of
+    size `then`: new parameter sets in the stream, which H.264 decoders follow."""
+    raw = _annexb(*first, frames, fps) + _annexb(*then, frames, fps)
+    sink = io.BytesIO()
+    with av.open(io.BytesIO(raw), format="h264", options={"framerate": str(fps)}) as source:
+        template = source.streams.video[0]
+        with av.open(sink, "w", format="mp4") as container:
+            stream = container.add_stream_from_template(template)
+            for index, packet in enumerate(p for p in source.demux(template) if p.size):
+                packet.stream, packet.time_base = stream, Fraction(1, fps)
+                packet.pts = packet.dts = index
+                packet.duration = 1
+                container.mux(packet)
+    return sink.getvalue()
+
+
 def box(kind: bytes, body: bytes = b"", *, large: int | None = None) -> bytes:
     """One ISO base media box; `large`: declare this 64-bit length instead of the real one."""
     if large is not None:
