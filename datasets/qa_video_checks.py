@@ -82,8 +82,9 @@ class VideoMeasure:
     pix_fmt: str = ""
     width: int = 0
     height: int = 0
-    frames: int = 0
+    frames: int = 0  # decoded (when decoding stopped early: up to there)
     fps: int = 0
+    stopped: str = ""  # why decoding stopped before the end ("" when it did not)
 
     def as_json(self) -> dict:
         return dict(self.__dict__)
@@ -171,7 +172,7 @@ def check_video_file(
         decoded = _decode(container, stream, expected, limits)
     if not decoded.stopped and declared and decoded.frames < declared:
         decoded.stopped = "decode"  # the index lists frames the file no longer holds: cut
-    measure.frames = decoded.frames
+    measure.frames, measure.stopped = decoded.frames, decoded.stopped
     _decoded_checks(decoded, expected, limits, result)
     return measure
 
@@ -416,8 +417,8 @@ def _decoded_checks(decoded: _Decoded, expected, limits: VideoLimits, result: QA
 
 
 def check_camera_lengths(measures: dict[str, VideoMeasure], result: QAResult) -> None:
-    """Every camera has the same number of frames."""
-    lengths = {key: m.frames for key, m in measures.items() if m.frames}
+    """Every camera has the same number of frames (of those decoded to the end)."""
+    lengths = {key: m.frames for key, m in measures.items() if m.frames and not m.stopped}
     if len(set(lengths.values())) > 1:
         listed = ", ".join(f"{key} {frames}" for key, frames in sorted(lengths.items()))
         result.fail(

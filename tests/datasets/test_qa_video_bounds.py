@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -171,21 +172,28 @@ def test_decoding_stops_when_the_episodes_budget_is_spent(tmp_path):
 
 
 def test_the_budget_is_shared_by_the_episodes_cameras(tmp_path):
-    """One budget for the episode (check_video_files), not one per camera: with a budget of
-    no time at all, each camera decodes one frame and stops."""
+    """One budget for the episode (check_video_files), not one per camera: a budget of 1.5x
+    what one camera's file takes lets one camera finish, never both."""
+    data = repeated_frames(1500)
     paths = []
     for name in ("scene", "wrist"):
         path = tmp_path / f"{name}.mp4"
-        path.write_bytes(repeated_frames(300))
+        path.write_bytes(data)
         paths.append((StoredVideo(camera_key=f"observation.images.{name}", key=""), path))
+    still = VideoLimits(max_still_seconds=3600)  # the picture never moves: not the point here
+    one_camera = 0.0
+    for _ in range(2):
+        started = time.process_time()
+        codes, _, _ = check(tmp_path, data, frames=1500, limits=still)
+        one_camera = max(one_camera, time.process_time() - started)
+    assert codes == []
     result = QAResult()
-    nothing = VideoLimits(cpu_seconds_base=0.0, cpu_seconds_per_second=0.0)
-    check_video_files(paths, fps=30, frames=300, result=result, limits=nothing)
-    assert [f.code for f in result.failures] == [Reason.VIDEO_DECODE_BUDGET] * 2
-    assert {camera: m["frames"] for camera, m in result.videos.items()} == {
-        "observation.images.scene": 1,
-        "observation.images.wrist": 1,
-    }
+    limits = replace(still, cpu_seconds_base=1.5 * one_camera, cpu_seconds_per_second=0.0)
+    check_video_files(paths, fps=30, frames=1500, result=result, limits=limits)
+    stopped = [f.message.split(":")[0] for f in result.failures]
+    assert [f.code for f in result.failures] == [Reason.VIDEO_DECODE_BUDGET], result.failures
+    assert stopped == ["observation.images.wrist"]  # the second camera, on what was left
+    assert result.videos["observation.images.wrist"]["frames"] < 1500
 
 
 SANDBOXED = """
