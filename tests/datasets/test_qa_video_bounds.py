@@ -52,23 +52,51 @@ def test_the_hostile_files_baseline_passes(tmp_path):
     assert measure.frames == 30
 
 
+ONE_TRACK = box(b"moov", box(b"trak"))  # what FFmpeg would open (as a data stream)
+
+
 @pytest.mark.parametrize(
-    "data",
+    ("data", "why"),
     [
-        pytest.param(lambda: repeated_frames(30, format="matroska"), id="matroska"),
-        pytest.param(lambda: repeated_frames(30, format="mpegts", streams=20), id="mpeg-ts"),
-        pytest.param(lambda: b"\x00\x01not a video" * 100, id="garbage"),
-        pytest.param(lambda: box(b"ftyp", b"heic\0\0\0\0mif1heic") + b"\0" * 64, id="heif-brand"),
-        pytest.param(lambda: FTYP + box(b"mdat", b"x" * 64, large=2**62), id="no-index"),
-        pytest.param(lambda: FTYP + box(b"moov", box(b"cmov", b"z" * 64)), id="compressed-index"),
-        pytest.param(lambda: FTYP + box(b"moov") + box(b"moov"), id="two-indexes"),
-        pytest.param(lambda: FTYP + box(b"free") * 200, id="many-boxes"),
+        pytest.param(lambda: repeated_frames(30, format="matroska"), "ftyp", id="matroska"),
+        pytest.param(
+            lambda: repeated_frames(30, format="mpegts", streams=20), "ftyp", id="mpeg-ts"
+        ),
+        pytest.param(lambda: b"\x00\x01not a video" * 100, "ftyp", id="garbage"),
+        pytest.param(
+            lambda: box(b"ftyp", b"heic\0\0\0\0mif1heic") + ONE_TRACK,
+            "brand 'heic' is not an MP4 or QuickTime one",
+            id="heif-brand",
+        ),
+        pytest.param(
+            lambda: FTYP + box(b"mdat", b"x" * 64, large=2**62), "no index", id="no-index"
+        ),
+        pytest.param(
+            lambda: FTYP + box(b"moov", box(b"trak") + box(b"cmov", b"z" * 64)),
+            "compressed",
+            id="compressed-index",
+        ),
+        pytest.param(lambda: FTYP + ONE_TRACK + ONE_TRACK, "two indexes", id="two-indexes"),
+        pytest.param(
+            lambda: FTYP + box(b"free") * 200 + ONE_TRACK, "top-level boxes", id="many-boxes"
+        ),
+        pytest.param(
+            lambda: FTYP + box(b"moov", box(b"trak") + box(b"free") * 64),
+            "more than 64 boxes",
+            id="crowded-index",
+        ),
+        pytest.param(
+            lambda: FTYP + box(b"moov", box(b"trak") + struct.pack(">I4s", 4, b"free")),
+            "malformed box",
+            id="malformed-index",
+        ),
     ],
 )
-def test_anything_but_an_mp4_or_mov_is_refused_before_ffmpeg(tmp_path, data):
+def test_anything_but_an_mp4_or_mov_is_refused_before_ffmpeg(tmp_path, data, why):
     codes, result, measure = check(tmp_path, data())
     assert codes == [Reason.VIDEO_CONTAINER], result.failures
-    assert CAMERA in result.failures[0].message and "MP4/MOV" in result.failures[0].message
+    message = result.failures[0].message
+    assert CAMERA in message and "MP4/MOV" in message and why in message
     assert measure.codec == ""  # FFmpeg never opened it
 
 
