@@ -28,7 +28,7 @@ INDEX_BASE_BYTES = 1024 * 1024  # the index's fixed part (headers, metadata) at 
 INDEX_BYTES_PER_FRAME = 64  # each sample's size, time, chunk, sync and order entries take < 40
 BOXES_BASE = 64  # top-level boxes: ftyp, moov, mdat, free...; a fragmented file adds two per
 BOXES_PER_FRAME = 2  # fragment (moof + mdat), at most one fragment per frame
-INDEX_MAX_CHILDREN = 64  # an index holds a header, its tracks, metadata: a dozen boxes
+INDEX_MAX_CHILDREN = 64  # besides its tracks, an index holds a header and metadata: a few boxes
 
 
 @dataclass(frozen=True)
@@ -117,17 +117,19 @@ def _find_index(handle, size: int, max_boxes: int) -> tuple[int, int] | str:
 
 def _index_layout(index: bytes) -> Layout:
     """The tracks of an index whose children are all well formed and none compressed."""
-    offset, tracks, children = 0, 0, 0
+    offset, tracks, others = 0, 0, 0
     while offset + 8 <= len(index):  # FFmpeg too ignores fewer than 8 trailing bytes
-        children += 1
-        if children > INDEX_MAX_CHILDREN:
-            return Layout(f"its index has more than {INDEX_MAX_CHILDREN} boxes")
         header = _box_header(index, offset, len(index))
         if header is None or offset + header[2] > len(index):
             return Layout(f"its index has a malformed box at byte {offset:,}")
         kind, _, length = header
         if kind == b"cmov":
             return Layout("its index is compressed (cmov)")
-        tracks += kind == b"trak"
+        if kind == b"trak":  # counted whatever their number (the index's size bounds it)
+            tracks += 1
+        else:
+            others += 1
+            if others > INDEX_MAX_CHILDREN:
+                return Layout(f"its index has more than {INDEX_MAX_CHILDREN} boxes")
         offset += length
     return Layout(tracks=tracks)

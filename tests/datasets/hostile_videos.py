@@ -14,6 +14,7 @@ import av
 import numpy as np
 
 from datasets.lerobot_videos import keep_normal_scheduling
+from tests.datasets.videos import moving_frames
 
 
 def _two_frames(width: int, height: int, fps: int) -> bytes:
@@ -66,45 +67,60 @@ def repeated_frames(
     return None if sink is not None else target.getvalue()
 
 
+def _moving_video(container, fps: int):
+    """An H.264 stream in `container` for moving frames (tests.datasets.videos)."""
+    stream = container.add_stream("libx264", rate=fps)
+    stream.width, stream.height, stream.pix_fmt = 320, 240, "yuv420p"
+    stream.options = {"preset": "ultrafast", "bf": "0"}
+    return stream
+
+
+def _encode_into(container, stream, frames: int, fps: int) -> None:
+    for index, pixels in enumerate([*moving_frames(frames, 320, 240), None]):
+        picture = None
+        if pixels is not None:
+            picture = av.VideoFrame.from_ndarray(pixels, format="rgb24")
+            picture.pts, picture.time_base = index, Fraction(1, fps)
+        packets = stream.encode(picture)  # None: flush
+        keep_normal_scheduling()
+        for packet in packets:
+            container.mux(packet)
+
+
 def with_audio(frames: int, *, fps: int = 30) -> bytes:
-    """A camera's MP4 with an AAC audio stream beside the video."""
+    """A sound camera MP4 (moving picture) with an AAC audio stream beside the video."""
     sink = io.BytesIO()
-    with av.open(io.BytesIO(repeated_frames(frames, fps=fps))) as source:
-        video = source.streams.video[0]
-        with av.open(sink, "w", format="mp4") as container:
-            out = container.add_stream_from_template(video)
-            audio = container.add_stream("aac", rate=48000)
-            for packet in source.demux(video):
-                if packet.size:
-                    packet.stream = out
-                    container.mux(packet)
-            silence = av.AudioFrame.from_ndarray(
-                np.zeros((1, 1024), np.float32), format="fltp", layout="mono"
-            )
-            silence.sample_rate = 48000
-            for index in range(frames * 48000 // fps // 1024):
-                silence.pts = index * 1024
-                container.mux(audio.encode(silence))
-            container.mux(audio.encode(None))
+    with av.open(sink, "w", format="mp4") as container:
+        video = _moving_video(container, fps)
+        audio = container.add_stream("aac", rate=48000)
+        _encode_into(container, video, frames, fps)
+        silence = av.AudioFrame.from_ndarray(
+            np.zeros((1, 1024), np.float32), format="fltp", layout="mono"
+        )
+        silence.sample_rate = 48000
+        for index in range(frames * 48000 // fps // 1024):
+            silence.pts = index * 1024
+            container.mux(audio.encode(silence))
+        container.mux(audio.encode(None))
     return sink.getvalue()
 
 
 def with_timecode(frames: int, *, fps: int = 30, format: str = "mov") -> bytes:
-    """A camera's video carrying a timecode: FFmpeg's muxer adds a `tmcd` data track."""
+    """A sound camera video (moving picture) carrying a timecode: FFmpeg's muxer adds a `tmcd`
+    data track."""
     sink = io.BytesIO()
     with av.open(sink, "w", format=format) as container:
-        stream = container.add_stream("libx264", rate=fps)
-        stream.width, stream.height, stream.pix_fmt = 320, 240, "yuv420p"
-        stream.options = {"preset": "ultrafast", "bf": "0"}
-        stream.metadata["timecode"] = "00:00:00:00"
-        picture = av.VideoFrame.from_ndarray(np.full((240, 320, 3), 120, np.uint8), "rgb24")
-        for index in [*range(frames), None]:  # None: flush
-            if index is not None:
-                picture.pts, picture.time_base = index, Fraction(1, fps)
-            packets = stream.encode(picture if index is not None else None)
-            keep_normal_scheduling()
-            for packet in packets:
-                container.mux(packet)
+        video = _moving_video(container, fps)
+        video.metadata["timecode"] = "00:00:00:00"
+        _encode_into(container, video, frames, fps)
+    return sink.getvalue()
+
+
+def in_container(frames: int, *, format: str, fps: int = 30) -> bytes:
+    """A sound camera video (moving picture) in another container (matroska, mpegts)."""
+    sink = io.BytesIO()
+    with av.open(sink, "w", format=format) as container:
+        _encode_into(container, _moving_video(container, fps), frames, fps)
     return sink.getvalue()
 
 

@@ -120,6 +120,7 @@ def test_an_index_larger_than_the_frames_need_is_refused(tmp_path):
         pytest.param(lambda: with_audio(30), 2, id="audio"),
         pytest.param(lambda: with_timecode(30), 2, id="timecode-data-track"),
         pytest.param(lambda: repeated_frames(30, streams=3), 3, id="three-videos"),
+        pytest.param(lambda: FTYP + box(b"moov", box(b"trak") * 100), 100, id="100-tracks"),
         pytest.param(lambda: FTYP + box(b"moov"), 0, id="no-track"),
     ],
 )
