@@ -81,7 +81,7 @@ ONE_TRACK = box(b"moov", box(b"trak"))  # what FFmpeg would open (as a data stre
             lambda: FTYP + box(b"free") * 200 + ONE_TRACK, "top-level boxes", id="many-boxes"
         ),
         pytest.param(
-            lambda: FTYP + box(b"moov", box(b"trak") + box(b"free") * 64),
+            lambda: FTYP + box(b"moov", box(b"trak") + box(b"free") * 65),
             "more than 64 boxes",
             id="crowded-index",
         ),
