@@ -208,6 +208,11 @@ def _header_checks(
     """Codec, frame rate and resolution, from the stream's header; False: do not decode."""
     camera = expected.camera_key
     context = stream.codec_context
+    if context is None:  # a codec FFmpeg has no decoder for (an unknown sample entry)
+        result.fail(
+            Reason.VIDEO_CODEC, f"{camera}: an unknown codec; videos are H.264, HEVC or AV1."
+        )
+        return False
     measure.codec = _codec_name(stream)
     measure.pix_fmt = context.pix_fmt or ""
     measure.width, measure.height = context.width, context.height

@@ -389,8 +389,8 @@ EPISODE_QA_VIDEO_FROZEN_DIFFERENCE = float(
 )
 # Video QA's bounds (issue 28): the largest resolution taken (also the decoder's pixel ceiling),
 # and the CPU time decoding an episode's cameras may take: BASE plus PER_SECOND per second of
-# its declared duration (two 640x480 H.264 cameras need ~0.03 s per second, four 1080p AV1
-# ~0.16; a hostile file is stopped there).
+# its declared duration (two 640x480 H.264 cameras took 0.035 s per second in
+# bench/ingest_bench.py; a hostile file is stopped there, within 0.5x its duration).
 EPISODE_QA_VIDEO_MAX_WIDTH = int(os.environ.get("EPISODE_QA_VIDEO_MAX_WIDTH", "4096"))
 EPISODE_QA_VIDEO_MAX_HEIGHT = int(os.environ.get("EPISODE_QA_VIDEO_MAX_HEIGHT", "4096"))
 EPISODE_QA_VIDEO_CPU_SECONDS_BASE = float(os.environ.get("EPISODE_QA_VIDEO_CPU_SECONDS_BASE", "1"))

@@ -138,6 +138,15 @@ def test_a_track_ffmpeg_reads_as_data_is_refused(tmp_path):
     assert "streams are data" in result.failures[0].message
 
 
+def test_a_stream_of_a_codec_ffmpeg_does_not_know_is_refused(tmp_path):
+    """An H.264 file whose sample entry says `zzzz`: no decoder, a verdict (not a crash)."""
+    data = repeated_frames(30)
+    entry = data.index(b"avc1", len(FTYP))
+    codes, result, _ = check(tmp_path, data[:entry] + b"zzzz" + data[entry + 4 :])
+    assert codes == [Reason.VIDEO_CODEC], result.failures
+    assert "unknown codec" in result.failures[0].message
+
+
 def test_a_resolution_above_the_maximum_is_refused_before_decoding(tmp_path):
     limits = VideoLimits(max_width=640, max_height=480)
     codes, result, measure = check(
