@@ -5,8 +5,8 @@ decoder can still be made to allocate far more than the file's size (pages that 
 their contents, run-length bombs). So the checks run in a forked child that is killed the
 moment its own resident memory (anonymous pages: not code or libraries; a video decoder's
 frames too) passes EPISODE_QA_MEMORY_BYTES beyond what it shares with us at fork (watched every
-10 ms; an address-space limit is the backstop against one huge allocation between two looks),
-or at the deadline. The QA worker itself never grows: a
+10 ms near the ceiling, less often far below it: `_Watch`; an address-space limit is the
+backstop against one huge allocation between two looks), or at the deadline. The QA worker itself never grows: a
 child that runs out of memory or time gives a verdict (`qa_memory_limit`, `qa_time_limit`),
 and the worker goes on with the next episode. A child that dies of anything else (a decoder
 crash) is a verdict too; storage errors in the child come back as StorageUnavailable, so the
