@@ -6,11 +6,11 @@ their contents, run-length bombs). So the checks run in a forked child that is k
 moment its own resident memory (anonymous pages: not code or libraries; a video decoder's
 frames too) passes EPISODE_QA_MEMORY_BYTES beyond what it shares with us at fork (watched every
 10 ms near the ceiling, less often far below it: `_Watch`; an address-space limit is the
-backstop against one huge allocation between two looks), or at the deadline. The QA worker itself never grows: a
-child that runs out of memory or time gives a verdict (`qa_memory_limit`, `qa_time_limit`),
-and the worker goes on with the next episode. A child that dies of anything else (a decoder
-crash) is a verdict too; storage errors in the child come back as StorageUnavailable, so the
-task retries them like any other.
+backstop against one huge allocation between two looks), or at the deadline. The QA worker
+itself never grows: a child that runs out of memory or time gives a verdict
+(`qa_memory_limit`, `qa_time_limit`), and the worker goes on with the next episode. A child
+that dies of anything else (a decoder crash) is a verdict too; storage errors in the child
+come back as StorageUnavailable, so the task retries them like any other.
 
 `os.fork` (not multiprocessing): Celery's prefork pool children are daemonic, and
 multiprocessing refuses children of daemonic processes. The child touches no database and
