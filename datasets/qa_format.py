@@ -67,6 +67,11 @@ class Reason:
     # Camera videos (datasets/qa_video_checks.py), one MP4 per ordered camera.
     SENSOR_MISSING = "sensor_missing"  # an ordered vector stream's column (force/torque, ...)
     VIDEO_MISSING = "video_missing"
+    VIDEO_CONTAINER = "video_container"  # not an MP4/MOV (ftyp, index) FFmpeg's MP4 demuxer reads
+    VIDEO_STREAMS = "video_streams"  # not exactly one video stream (audio, data, more video)
+    VIDEO_RESOLUTION_TOO_HIGH = "video_resolution_too_high"  # over EPISODE_QA_VIDEO_MAX_*
+    VIDEO_RESOLUTION_CHANGED = "video_resolution_changed"  # a frame of another size mid-stream
+    VIDEO_DECODE_BUDGET = "video_decode_budget"  # the episode's CPU budget for decoding spent
     VIDEO_UNREADABLE = "video_unreadable"
     VIDEO_DECODE_ERROR = "video_decode_error"
     VIDEO_CODEC = "video_codec"

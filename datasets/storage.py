@@ -29,6 +29,9 @@ from botocore.utils import percent_encode as botocore_percent_encode
 from django.conf import settings
 
 STREAM_CHUNK = 1024 * 1024
+# What S3 answers a CopyObject of a source over 5 GiB ("InvalidRequest": "The specified copy
+# source is larger than the maximum allowable size for a copy source").
+TOO_LARGE_TO_COPY_AT_ONCE = {"InvalidRequest", "EntityTooLarge"}
 
 
 class StorageError(Exception):
@@ -238,9 +241,18 @@ def read_range(key: str, start: int, end_inclusive: int) -> bytes:
 
 
 def copy(*, source_key: str, dest_key: str) -> None:
-    """Server-side copy within the bucket (the bytes do not come through us)."""
+    """Server-side copy within the bucket (the bytes do not come through us): one CopyObject
+    request (it keeps the source's checksum); an object over CopyObject's 5 GiB goes through
+    boto3's managed copy in parts. (The managed copy for every object cost a HEAD and a
+    thread pool: ~17 ms of CPU per call against ~2.5, three times per episode QA checks.)"""
+    source = {"Bucket": bucket(), "Key": source_key}
     with _translated(source_key):
-        client().copy({"Bucket": bucket(), "Key": source_key}, bucket(), dest_key)
+        try:
+            client().copy_object(CopySource=source, Bucket=bucket(), Key=dest_key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in TOO_LARGE_TO_COPY_AT_ONCE:
+                raise
+            client().copy(source, bucket(), dest_key)
 
 
 def exists(key: str) -> bool:

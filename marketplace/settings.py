@@ -387,6 +387,16 @@ EPISODE_QA_VIDEO_BRIGHT_LUMA = float(os.environ.get("EPISODE_QA_VIDEO_BRIGHT_LUM
 EPISODE_QA_VIDEO_FROZEN_DIFFERENCE = float(
     os.environ.get("EPISODE_QA_VIDEO_FROZEN_DIFFERENCE", "0.25")
 )
+# Video QA's bounds (issue 28): the largest resolution taken (also the decoder's pixel ceiling),
+# and the CPU time decoding an episode's cameras may take: BASE plus PER_SECOND per second of
+# its declared duration (two 640x480 H.264 cameras took 0.035 s per second in
+# bench/ingest_bench.py; a hostile file is stopped there, within 0.5x its duration).
+EPISODE_QA_VIDEO_MAX_WIDTH = int(os.environ.get("EPISODE_QA_VIDEO_MAX_WIDTH", "4096"))
+EPISODE_QA_VIDEO_MAX_HEIGHT = int(os.environ.get("EPISODE_QA_VIDEO_MAX_HEIGHT", "4096"))
+EPISODE_QA_VIDEO_CPU_SECONDS_BASE = float(os.environ.get("EPISODE_QA_VIDEO_CPU_SECONDS_BASE", "1"))
+EPISODE_QA_VIDEO_CPU_SECONDS_PER_SECOND = float(
+    os.environ.get("EPISODE_QA_VIDEO_CPU_SECONDS_PER_SECOND", "0.3")
+)
 # QA runs of one episode that may die unfinished (worker killed) before it is rejected.
 EPISODE_QA_MAX_ATTEMPTS = int(os.environ.get("EPISODE_QA_MAX_ATTEMPTS", "3"))
 # Content QA (datasets/qa_content.py; the limits per state element are the embodiment's, the

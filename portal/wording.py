@@ -26,6 +26,16 @@ QA_REASONS = {
     "storage_error": "Storage could not be read while checking the episode.",
     "video_missing": "A camera's video never arrived (every ordered camera sends one MP4).",
     "video_unreadable": "A camera's file is not a readable video.",
+    "video_container": "A camera's file is not an MP4 or MOV file of the kind the platform "
+    "reads (another container such as Matroska or MPEG-TS, or an index larger than the "
+    "episode's frames need).",
+    "video_streams": "A camera's file holds something besides its one video stream (audio, "
+    "data or more video streams).",
+    "video_resolution_too_high": "A camera's resolution is above the largest the platform takes.",
+    "video_resolution_changed": "A camera's picture changes size during the video (one size "
+    "throughout).",
+    "video_decode_budget": "A camera's video took more computing time to decode than an "
+    "episode of its length may take.",
     "video_decode_error": "A camera's video is damaged or cut short: not every frame decodes.",
     "video_codec": "A camera's video uses a codec the platform does not take (H.264, HEVC or "
     "AV1 only).",

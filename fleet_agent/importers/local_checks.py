@@ -32,6 +32,7 @@ from datasets.qa_video_checks import (
     VideoLimits,
     check_camera_lengths,
     check_video_file,
+    with_decode_budget,
 )
 from fleet_agent.importers.base import Recording
 
@@ -84,6 +85,8 @@ def check_recording(
 def _check_videos(recording: Recording, job: dict, result: QAResult) -> None:
     episode = recording.episode
     measures = {}
+    # the platform's default bounds, the decode budget for the episode's cameras included
+    limits = with_decode_budget(VideoLimits(), frames=episode.frames, fps=episode.fps)
     for camera in (job.get("stream_spec") or {}).get("cameras") or []:
         key = camera["key"]
         if key not in episode.videos:
@@ -99,5 +102,5 @@ def _check_videos(recording: Recording, job: dict, result: QAResult) -> None:
                 min_width=int(camera.get("min_width") or 0),
                 min_height=int(camera.get("min_height") or 0),
             )
-            measures[key] = check_video_file(handle.name, expected, result, VideoLimits())
+            measures[key] = check_video_file(handle.name, expected, result, limits)
     check_camera_lengths(measures, result)

@@ -1,6 +1,7 @@
 """Video QA (issue 15, item 3) on real MP4 files encoded with PyAV in the test: one test per
 reason code of datasets/qa_video_checks.py, on local files (the pure checks)."""
 
+import struct
 import time
 
 import numpy as np
@@ -15,6 +16,7 @@ from datasets.qa_video_checks import (
     check_video_file,
 )
 from portal.wording import QA_REASONS
+from tests.datasets.hostile_videos import FTYP, box
 from tests.datasets.videos import encode_mp4, moving_frames
 
 CAMERA = "observation.images.scene"
@@ -48,9 +50,19 @@ def test_a_good_video_passes_and_is_measured(tmp_path, codec):
     assert measure.pix_fmt == "yuv420p"
 
 
-def test_a_file_that_is_not_a_video_is_unreadable(tmp_path):
-    result, _ = check(tmp_path, b"\x00\x01not an mp4 at all" * 100)
+def test_a_file_ffmpeg_cannot_open_is_unreadable(tmp_path):
+    # the boxes an MP4 has (datasets/qa_video_container.py passes it), a sample description
+    # declaring 2^31 entries: FFmpeg's MP4 demuxer refuses it
+    broken = box(b"stsd", struct.pack(">II", 0, 2**31))
+    index = box(b"moov", box(b"trak", box(b"mdia", box(b"minf", box(b"stbl", broken)))))
+    result, _ = check(tmp_path, FTYP + index)
     assert codes(result) == [Reason.VIDEO_UNREADABLE]
+    assert CAMERA in result.failures[0].message
+
+
+def test_a_file_that_is_not_a_video_is_not_an_mp4_container(tmp_path):
+    result, _ = check(tmp_path, b"\x00\x01not an mp4 at all" * 100)
+    assert codes(result) == [Reason.VIDEO_CONTAINER]
     assert CAMERA in result.failures[0].message
 
 
@@ -176,6 +188,6 @@ def test_decoding_stops_at_the_deadline(tmp_path):
 
 def test_every_video_reason_has_words_for_the_pages():
     video_codes = [value for name, value in vars(Reason).items() if name.startswith("VIDEO_")]
-    assert len(video_codes) == 14
+    assert len(video_codes) == 19
     for code in [*video_codes, Reason.SENSOR_MISSING]:
         assert code in QA_REASONS, code

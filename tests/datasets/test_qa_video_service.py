@@ -14,6 +14,7 @@ from datasets.models import Episode, EpisodeVideo
 from orders.models import Order
 from orders.streams import build_stream_spec
 from tests.datasets.helpers import Collection, complete, put
+from tests.datasets.hostile_videos import repeated_frames
 from tests.datasets.videos import encode_mp4
 from tests.factories import OrderFactory
 
@@ -214,3 +215,46 @@ def test_the_qa_time_limit_covers_the_videos(cameras, settings, django_capture_o
     episode = complete(cameras.operator.client, episode_id, django_capture_on_commit_callbacks)
     assert episode.status == Episode.Status.REJECTED
     assert failure_codes(episode)[0] == "qa_time_limit"
+
+
+def test_an_mpeg_ts_of_many_streams_sent_as_a_cameras_mp4_is_rejected(
+    cameras, django_capture_on_commit_callbacks
+):
+    """Issue 28: such a file was accepted and delivered; its boxes say what it is."""
+    data = parquet_bytes(episode_table(frames=FRAMES))
+    videos = {
+        SCENE: encode_mp4(count=FRAMES, seed=1),
+        WRIST: repeated_frames(FRAMES, format="mpegts", streams=20),
+    }
+    episode = complete(
+        cameras.operator.client,
+        upload_all(cameras, data, videos),
+        django_capture_on_commit_callbacks,
+    )
+    assert episode.status == Episode.Status.REJECTED
+    assert failure_codes(episode) == ["video_container"]
+    assert WRIST in episode.qa_failures[0]["message"]
+
+
+def test_the_video_bounds_are_the_settings(cameras, settings, django_capture_on_commit_callbacks):
+    """EPISODE_QA_VIDEO_MAX_* and the CPU budget reach the checks (in the sandbox)."""
+    settings.EPISODE_QA_SANDBOX = True
+    data = parquet_bytes(episode_table(frames=FRAMES))
+    videos = {SCENE: encode_mp4(count=FRAMES, seed=1), WRIST: encode_mp4(count=FRAMES, seed=2)}
+    settings.EPISODE_QA_VIDEO_MAX_WIDTH = 319
+    episode = complete(
+        cameras.operator.client,
+        upload_all(cameras, data, videos),
+        django_capture_on_commit_callbacks,
+    )
+    assert failure_codes(episode) == ["video_resolution_too_high"] * 2
+    settings.EPISODE_QA_VIDEO_MAX_WIDTH = 4096
+    settings.EPISODE_QA_VIDEO_CPU_SECONDS_BASE = 0
+    settings.EPISODE_QA_VIDEO_CPU_SECONDS_PER_SECOND = 0
+    other = {SCENE: encode_mp4(count=FRAMES, seed=3), WRIST: encode_mp4(count=FRAMES, seed=4)}
+    episode = complete(
+        cameras.operator.client,
+        upload_all(cameras, data, other),
+        django_capture_on_commit_callbacks,
+    )
+    assert failure_codes(episode) == ["video_decode_budget"] * 2

@@ -39,6 +39,7 @@ QA_REASONS_OF_DEFECTS = (
         "video_frozen",
         "video_decode_error",
         "video_unreadable",
+        "video_container",  # a cut file whose index (at its end) is gone
     }
 )
 
