@@ -270,17 +270,12 @@ def _offered_rates(job: JobDemand, state: _State, candidates: _Candidates, ok) -
     terms = job.terms
     if terms is None:
         return candidates.rate
-    code = state.currency_codes.get(terms.currency, -1)
-    ceiling = float(terms.ceiling)
-    allowed = (candidates.currency == code) & (candidates.rate <= ceiling)
-    rate = candidates.rate
-    original = state.index.get(terms.original_fleet_id)
-    if original is not None:
-        theirs = candidates.fleet_index == original
-        if theirs.any():
-            rate = rate.copy()
-            rate[theirs] = ceiling  # offered its original rate, whatever it asks now
-            allowed[theirs] = state.currency[original] == code
+    original = state.index.get(terms.original_fleet_id, -1)
+    allowed, rate = terms.offer_arrays(
+        same_currency=candidates.currency == state.currency_codes.get(terms.currency, -1),
+        rates=candidates.rate,
+        original=candidates.fleet_index == original,
+    )
     ok &= allowed
     return rate
 

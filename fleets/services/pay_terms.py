@@ -22,6 +22,8 @@ rule on every insert (migration 0006's trigger, PostgreSQL).
 from dataclasses import dataclass
 from decimal import ROUND_DOWN, Decimal
 
+import numpy as np
+
 from fleets.error_codes import ErrorCode
 from marketplace.errors import ServiceError
 
@@ -48,6 +50,17 @@ class PayTerms:
         if original_rate is not None:
             ceiling = min(ceiling, original_rate)
         return cls(currency=currency, ceiling=ceiling, original_fleet_id=original_fleet_id)
+
+    def offer_arrays(self, *, same_currency, rates, original):
+        """agreed_rate for offers over arrays of candidates, in floats, for the matcher's
+        ranking (fleets/matching.py): which may be offered the job, and the rate each would
+        be offered. `same_currency`, `original`: boolean arrays (paid in the job's currency;
+        the re-collection's original fleet), `rates`: the fleets' own rates. The same rule as
+        agreed_rate (tests/fleets/test_pay_rule.py checks they agree), which decides the chosen
+        candidate exactly."""
+        ceiling = float(self.ceiling)
+        offered = np.where(original, ceiling, rates)
+        return same_currency & (offered >= 0) & (offered <= ceiling), offered
 
 
 def job_pay_terms(job) -> PayTerms:

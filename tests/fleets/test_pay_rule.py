@@ -6,10 +6,13 @@ the database refuses anything else; fleets' rates and currencies are validated."
 from datetime import timedelta
 from decimal import Decimal
 
+import numpy as np
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fleets.models import Assignment, Fleet, Job, Offer
 from fleets.services.dispatch import (
@@ -20,6 +23,7 @@ from fleets.services.dispatch import (
     open_jobs_dispatch,
 )
 from fleets.services.jobs import job_redispatch
+from fleets.services.pay_terms import PayTerms, offered_rate
 from fleets.services.planning import job_recollect
 from fleets.services.sweep import dispatch_sweep
 from marketplace.errors import ServiceError
@@ -317,3 +321,34 @@ def test_the_admin_form_refuses_what_the_api_refuses():
             candidate.full_clean(exclude=["organization"])
         assert field in refused.value.message_dict
     FleetFactory.build(currency="EUR").full_clean(exclude=["organization"])
+
+
+money = st.decimals(min_value=0, max_value=10**9, places=4, allow_nan=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    fleets=st.lists(
+        st.tuples(st.sampled_from(["USD", "EUR", "XAU"]), money), min_size=1, max_size=12
+    ),
+    currency=st.sampled_from(["USD", "EUR"]),
+    ceiling=money,
+    original=st.integers(-1, 11),
+)
+@pytest.mark.django_db(False)
+def test_the_matchers_arrays_and_the_rule_decide_alike(fleets, currency, ceiling, original):
+    """The matcher ranks with the rule over arrays (floats); each offer is decided exactly by
+    agreed_rate: both must allow the same fleets at the same rates."""
+    terms = PayTerms(currency=currency, ceiling=ceiling, original_fleet_id=original)
+    allowed, offered = terms.offer_arrays(
+        same_currency=np.array([c == currency for c, _ in fleets]),
+        rates=np.array([float(rate) for _, rate in fleets]),
+        original=np.arange(len(fleets)) == original,
+    )
+    for index, (fleet_currency, rate) in enumerate(fleets):
+        exact = offered_rate(
+            terms=terms, fleet_id=index, fleet_currency=fleet_currency, fleet_rate=rate
+        )
+        assert allowed[index] == (exact is not None)
+        if exact is not None:
+            assert offered[index] == float(exact)
