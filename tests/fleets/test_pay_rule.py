@@ -352,3 +352,20 @@ def test_the_matchers_arrays_and_the_rule_decide_alike(fleets, currency, ceiling
         assert allowed[index] == (exact is not None)
         if exact is not None:
             assert offered[index] == float(exact)
+
+
+def test_staff_read_offers_and_assignments_in_the_admin_but_never_add_or_reprice_one(
+    customer, admin_client
+):
+    job = open_job(customer)
+    dollar = fleet("60")
+    assignment = Assignment.objects.create(
+        job=job, fleet=dollar, site=dollar.sites.get(), rate_per_hour=Decimal("60"), currency="USD"
+    )
+    for model in ("assignment", "offer"):
+        assert admin_client.get(f"/admin/fleets/{model}/add/").status_code == 403
+    page = admin_client.get(f"/admin/fleets/assignment/{assignment.pk}/change/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'name="rate_per_hour"' not in html and 'name="currency"' not in html
+    assert "60.0000" in html  # shown, read-only
