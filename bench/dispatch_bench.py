@@ -68,6 +68,7 @@ SENSORS = ["wrist-camera", "rgbd-camera", "force-torque", "tactile"]
 TASKS = ["peg-insertion", "table-setting", "bin-picking", "cloth-folding"]
 SITE_KINDS = ["kitchen", "household", "lab_bench", "production_line", "warehouse_shelf"]
 ENVIRONMENTS = 4
+PRICE_PER_HOUR = Decimal(100)  # USD, as the fleets are paid
 
 
 def build(*, jobs: int, fleets: int, weekly: tuple[float, float], seed: int):
@@ -121,13 +122,16 @@ def build(*, jobs: int, fleets: int, weekly: tuple[float, float], seed: int):
                 task_type=tasks[rng.choice(TASKS)],
                 complexity=complexity,
                 embodiment=embodiments[rng.choice(EMBODIMENTS)],
-                hours=Decimal(rng.randint(8, 32)) / 2,  # 4..16 h: one job per environment
+                # 4..16 h: one job per environment (drawn here, in the order of before)
+                hours=(order_hours := Decimal(rng.randint(8, 32)) / 2),
                 environments=ENVIRONMENTS,
                 sensor_slugs=sorted(rng.sample(SENSORS, rng.choice([0, 0, 1]))),
                 rate_card=rate_card,
                 currency="USD",
                 lines=[],
-                total=Decimal("0"),
+                # priced above every fleet's rate (30..90/h): the pay rule leaves every fleet
+                # eligible, so the instance (and its bounds) are those of before the rule
+                total=order_hours * PRICE_PER_HOUR,
                 status=Order.Status.PAID,
                 deadline=deadline,
             )

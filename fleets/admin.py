@@ -141,8 +141,21 @@ class ExpiredFilter(admin.SimpleListFilter):
         return queryset
 
 
+class PayFixedByDispatch:
+    """Offers and assignments are made by dispatch, whose pay rule fixes their rate and currency
+    (fleets/services/pay_terms.py): staff read them here, never add or re-price one."""
+
+    pay_fields = ["job", "fleet", "site", "rate_per_hour", "currency"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def get_readonly_fields(self, request, obj=None):
+        return [*super().get_readonly_fields(request, obj), *self.pay_fields]
+
+
 @admin.register(Offer)
-class OfferAdmin(admin.ModelAdmin):
+class OfferAdmin(PayFixedByDispatch, admin.ModelAdmin):
     list_display = ["id", "job", "fleet", "site", "status", "score", "expires_at", "responded_at"]
     list_filter = [ExpiredFilter, "status"]
     list_select_related = ["job", "fleet", "site"]
@@ -161,8 +174,18 @@ class BidAdmin(admin.ModelAdmin):
 
 
 @admin.register(Assignment)
-class AssignmentAdmin(admin.ModelAdmin):
-    list_display = ["id", "job", "fleet", "site", "active", "created_at", "ended_at"]
+class AssignmentAdmin(PayFixedByDispatch, admin.ModelAdmin):
+    list_display = [
+        "id",
+        "job",
+        "fleet",
+        "site",
+        "rate_per_hour",
+        "currency",
+        "active",
+        "created_at",
+        "ended_at",
+    ]
     list_filter = ["active"]
 
 

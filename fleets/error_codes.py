@@ -19,6 +19,17 @@ class ErrorCode(models.TextChoices):
     )
     OFFER_EXPIRED = "offer_expired", "The offer has expired."
     OFFER_NOT_PENDING = "offer_not_pending", "The offer was already answered, expired or withdrawn."
+    PAY_ABOVE_PRICE = (
+        "pay_above_price",
+        "A rate above what the job pays per hour (the order's price; a re-collection: the"
+        " original agreed rate).",
+    )
+    PAY_CURRENCY = "pay_currency", "The fleet is paid in another currency than the job's order."
+    RATE_OUT_OF_RANGE = "rate_out_of_range", "A fleet's rate outside the allowed range."
+    UNKNOWN_CURRENCY = (
+        "unknown_currency",
+        "Not an ISO 4217 currency code (upper case; metals, funds and test codes refused).",
+    )
     UNKNOWN_EMBODIMENT = "unknown_embodiment", "No active embodiment has this slug."
     UNKNOWN_END_EFFECTOR = "unknown_end_effector", "No such end effector."
     UNKNOWN_SENSOR = "unknown_sensor", "A sensor add-on is not in the catalog."

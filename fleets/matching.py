@@ -16,7 +16,12 @@ chosen here:
   whose fleet has the capacity; bid jobs go first;
 - then the most constrained job first (fewest fleets able to take it, then the longest),
   to the best-ranked fleet: by the dispatch score with the headroom as it stands at that
-  moment (`prefer="score"`), or by headroom alone (`prefer="headroom"`).
+  moment (`prefer="score"`), or by headroom alone (`prefer="headroom"`);
+- only fleets the pay rule allows (fleets/services/pay_terms.py: paid in the job's currency,
+  at a rate at most what the job pays; a re-collection's original fleet at its original
+  rate), ranked on the rate each would be offered: the score's cheapness compares amounts in
+  one currency that the fleets would actually be paid. The chosen fleet's rate is decided
+  exactly (Decimal) by the rule itself and carried on the decision.
 
 Nothing eligible: the job is flagged, as before.
 """
@@ -26,6 +31,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 import numpy as np
+
+from fleets.services.pay_terms import PayTerms, offered_rate
 
 W_HEADROOM, W_QUALITY, W_CHEAPNESS, SAME_ENVIRONMENT_BONUS = 0.50, 0.35, 0.15, 1.0
 
@@ -37,6 +44,7 @@ class FleetState:
     owed: Decimal  # hours still owed on jobs it holds (offered, assigned, in progress)
     payout_rate: Decimal
     quality: Decimal
+    currency: str = "USD"
 
 
 @dataclass(frozen=True)
@@ -63,8 +71,9 @@ class JobDemand:
     # eligible (site_id, fleet_id) by capability, kind, exclusions, usage (a SitesById: as given)
     sites: tuple
     same_environment_sites: frozenset = frozenset()
-    bids: tuple = ()  # BidOption, best first
+    bids: tuple = ()  # BidOption, best first (each allowed by the pay rule)
     rank: tuple = ()  # tie-break between equally constrained jobs (e.g. order, sequence)
+    terms: PayTerms | None = None  # what the job pays (None: no pay rule, the pure tests only)
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,7 @@ class Decision:
     fleet_id: object = None
     score: float = 0.0
     bid_id: object = None
+    rate: Decimal | None = None  # an offer's rate per hour, as the pay rule decided it
 
 
 class _State:
@@ -89,6 +99,11 @@ class _State:
         self.weekly = np.array([float(f.weekly_capacity) for f in values])
         self.rate = np.array([float(f.payout_rate) for f in values])
         self.quality = np.array([float(f.quality) for f in values])
+        self.currency_codes: dict = {}  # currency -> a small int, for the vectorised check
+        self.currency = np.array(
+            [self.currency_codes.setdefault(f.currency, len(self.currency_codes)) for f in values],
+            dtype=np.int64,
+        )
         self.owed_float = np.array([float(f.owed) for f in values])
         self.owed = {fleet_id: f.owed for fleet_id, f in fleets.items()}
         self.usage: dict = {}  # order_id -> {site_id: {environment_index}} placed in the batch
@@ -125,6 +140,7 @@ class _State:
                     positions={s: i for i, (s, _) in enumerate(kept)},
                     weekly=self.weekly[fleet_index],
                     rate=self.rate[fleet_index],
+                    currency=self.currency[fleet_index],
                     quality_term=W_QUALITY * self.quality[fleet_index],
                 ),
             )
@@ -144,6 +160,7 @@ class _Candidates:
     positions: dict
     weekly: np.ndarray
     rate: np.ndarray
+    currency: np.ndarray
     quality_term: np.ndarray
 
 
@@ -215,6 +232,7 @@ def _offer_decision(job: JobDemand, state: _State, prefer: str) -> Decision:
     capacity = candidates.weekly * float(job.weeks)
     free = capacity - state.owed_float[candidates.fleet_index]
     ok = free >= hours - 1e-6
+    rate = _offered_rates(job, state, candidates, ok)
     same = np.zeros(len(kept), dtype=bool)
     for site_id in job.same_environment_sites:
         if site_id in positions:
@@ -228,7 +246,7 @@ def _offer_decision(job: JobDemand, state: _State, prefer: str) -> Decision:
         else:
             same[position] = True
     while ok.any():
-        value = _scores(candidates, ok, free, capacity, hours, same)
+        value = _scores(candidates, rate, ok, free, capacity, hours, same)
         if prefer == "headroom":
             spare = free - hours
             rank = np.where(same, 2.0, 0.0) + spare / (1.0 + np.abs(spare).max())
@@ -236,15 +254,49 @@ def _offer_decision(job: JobDemand, state: _State, prefer: str) -> Decision:
             rank = value
         i = int(np.argmax(np.where(ok, rank, -np.inf)))  # first of equals: lowest site id
         site_id, fleet_id = kept[i]
-        if state.free(fleet_id, job.weeks) >= job.hours:
-            return Decision(job.job_id, "offer", site_id, fleet_id, score=float(value[i]))
+        paid = _exact_rate(job, state.fleets[fleet_id])
+        if paid is not False and state.free(fleet_id, job.weeks) >= job.hours:
+            return Decision(
+                job.job_id, "offer", site_id, fleet_id, score=float(value[i]), rate=paid
+            )
         ok[i] = False
     return Decision(job.job_id, "flag")
 
 
-def _scores(candidates: _Candidates, ok, free, capacity, hours, same) -> np.ndarray:
-    """The dispatch score of every candidate (fleets/selectors.py module docstring)."""
-    rate = candidates.rate
+def _offered_rates(job: JobDemand, state: _State, candidates: _Candidates, ok) -> np.ndarray:
+    """The rate each candidate would be offered, as floats for the ranking; `ok` loses the
+    candidates the pay rule refuses (another currency, a rate above what the job pays). The
+    re-collection's original fleet is ranked at its original rate (the job's ceiling)."""
+    terms = job.terms
+    if terms is None:
+        return candidates.rate
+    original = state.index.get(terms.original_fleet_id, -1)
+    allowed, rate = terms.offer_arrays(
+        same_currency=candidates.currency == state.currency_codes.get(terms.currency, -1),
+        rates=candidates.rate,
+        original=candidates.fleet_index == original,
+    )
+    ok &= allowed
+    return rate
+
+
+def _exact_rate(job: JobDemand, fleet: FleetState):
+    """The offer's rate by the pay rule itself (Decimal); False where it refuses the fleet (the
+    float pre-check above only prunes)."""
+    if job.terms is None:
+        return fleet.payout_rate
+    paid = offered_rate(
+        terms=job.terms,
+        fleet_id=fleet.fleet_id,
+        fleet_currency=fleet.currency,
+        fleet_rate=fleet.payout_rate,
+    )
+    return False if paid is None else paid
+
+
+def _scores(candidates: _Candidates, rate, ok, free, capacity, hours, same) -> np.ndarray:
+    """The dispatch score of every candidate (fleets/selectors.py module docstring), on the
+    rates they would be offered."""
     top_rate = rate[ok].max()
     with np.errstate(divide="ignore", invalid="ignore"):
         headroom = np.where(capacity > 0, (free - hours) / capacity, 0.0)

@@ -8,8 +8,10 @@ import secrets
 import uuid
 from decimal import Decimal
 
+from django.core.exceptions import ValidationError
 from django.db import models
 
+from fleets.currencies import fleet_pay_problems, validate_payout_currency
 from marketplace.audit import AppendOnlyModel
 from marketplace.models import Organization, WebhookDeliveryBase
 from orders.models import Embodiment, Order
@@ -51,8 +53,10 @@ class Fleet(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
     timezone = models.CharField(max_length=64, default="UTC")
     weekly_capacity_hours = models.DecimalField(**HOURS)
+    # What the fleet asks per accepted hour, in its payout currency (ISO 4217): offers carry it
+    # only where the job pays at least that much (fleets/services/pay_terms.py).
     payout_rate_per_hour = models.DecimalField(**MONEY)
-    currency = models.CharField(max_length=3, default="USD")
+    currency = models.CharField(max_length=3, default="USD", validators=[validate_payout_currency])
     # 0..1, maintained by staff from QA figures; fleets cannot set it.
     quality_score = models.DecimalField(max_digits=4, decimal_places=3, default=Decimal("0.500"))
     webhook_url = models.URLField(max_length=500, blank=True)
@@ -78,10 +82,20 @@ class Fleet(models.Model):
                 condition=models.Q(status__in=["active", "paused", "retired"]),
                 name="fleet_status_valid",
             ),
+            models.CheckConstraint(
+                condition=models.Q(currency__regex=r"^[A-Z]{3}$"), name="fleet_currency_code"
+            ),
         ]
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        """The admin's forms: the currency and rate rules of the registry service."""
+        super().clean()
+        problems = fleet_pay_problems(currency=self.currency, rate=self.payout_rate_per_hour)
+        if problems:
+            raise ValidationError(problems)
 
 
 class Site(models.Model):
@@ -188,6 +202,16 @@ class Job(models.Model):
         Site, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
     )
     flag_reason = models.TextField(blank=True)
+    # A re-collection job (planning.job_recollect): the job whose excluded seconds it collects
+    # again, the fleet that collected them and the rate agreed on that job's assignment. That
+    # fleet is offered this job at that rate, any other fleet at most it (services/pay_terms).
+    recollection_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="recollections"
+    )
+    original_fleet = models.ForeignKey(
+        Fleet, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    original_rate_per_hour = models.DecimalField(**MONEY, null=True, blank=True)
     dispatch_attempts = models.PositiveIntegerField(default=0)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -210,6 +234,11 @@ class Job(models.Model):
                 condition=models.Q(exact_target_seconds__isnull=True)
                 | models.Q(exact_target_seconds__gt=0),
                 name="job_exact_target_positive",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(original_fleet__isnull=True, original_rate_per_hour__isnull=True)
+                | models.Q(original_fleet__isnull=False, original_rate_per_hour__gte=0),
+                name="job_original_terms_whole",
             ),
         ]
         indexes = [models.Index(fields=["status", "updated_at"])]

@@ -64,6 +64,7 @@ from fleets.models import (
     Robot,
     Site,
 )
+from fleets.services.pay_terms import job_pay_terms, offered_rate
 from marketplace.models import Organization
 
 SECONDS_PER_WEEK = Decimal(7 * 24 * 3600)
@@ -285,10 +286,11 @@ def job_events_visible_to(*, organization: Organization, job: Job) -> QuerySet[J
 
 def job_pay_rate(*, job: Job, fleet: Fleet) -> Decimal:
     """The agreed rate per accepted hour for a job held by (or offered to) `fleet`: the rate
-    its active assignment fixed, else its pending offer's, else (neither yet) the fleet's
-    current rate, which is what an offer would carry."""
+    its latest assignment fixed, else its pending offer's, else (neither yet) what the pay
+    rule would offer it (services/pay_terms.py; 0 where the rule would offer it nothing)."""
     assignment = (
-        Assignment.objects.filter(job=job, fleet=fleet, active=True)
+        Assignment.objects.filter(job=job, fleet=fleet)
+        .order_by("-active", "-created_at")
         .values_list("rate_per_hour", flat=True)
         .first()
     )
@@ -299,7 +301,15 @@ def job_pay_rate(*, job: Job, fleet: Fleet) -> Decimal:
         .values_list("rate_per_hour", flat=True)
         .first()
     )
-    return offered if offered is not None else fleet.payout_rate_per_hour
+    if offered is not None:
+        return offered
+    rate = offered_rate(
+        terms=job_pay_terms(job),
+        fleet_id=fleet.pk,
+        fleet_currency=fleet.currency,
+        fleet_rate=fleet.payout_rate_per_hour,
+    )
+    return Decimal(0) if rate is None else rate
 
 
 def fleet_capacity_impact(

@@ -319,6 +319,12 @@ LOGGING = {
 FLEETS_MAX_JOB_HOURS = os.environ.get("FLEETS_MAX_JOB_HOURS", "4")
 # How long a fleet has to accept an offer before it goes to the next fleet.
 FLEETS_OFFER_TTL_SECONDS = int(os.environ.get("FLEETS_OFFER_TTL_SECONDS", "3600"))
+# The highest payout rate per hour a fleet may set, in minor units of its currency (ISO 4217's
+# exponent): 1,000,000 is 10,000.00 USD, EUR or GBP, and 1,000,000 JPY or KRW per hour. No
+# offer ever pays more than the order's price per hour anyway (fleets/services/pay_terms.py).
+FLEETS_MAX_PAYOUT_MINOR_UNITS_PER_HOUR = int(
+    os.environ.get("FLEETS_MAX_PAYOUT_MINOR_UNITS_PER_HOUR", "1000000")
+)
 # An assigned job whose fleet sent no heartbeat for this long is taken back and re-dispatched.
 FLEETS_HEARTBEAT_TIMEOUT_SECONDS = int(os.environ.get("FLEETS_HEARTBEAT_TIMEOUT_SECONDS", "21600"))
 # An open job with no live offer for this long is dispatched again (lost messages, crashes).

@@ -1,9 +1,11 @@
 """factory_boy factories shared by every app's tests."""
 
+from contextlib import contextmanager
 from datetime import timedelta
 from decimal import Decimal
 
 import factory
+from django.db import connection
 from django.utils import timezone
 
 from marketplace.models import Membership, Organization, User
@@ -107,6 +109,26 @@ class RobotFactory(factory.django.DjangoModelFactory):
     embodiment = factory.LazyFunction(lambda: Embodiment.objects.get(slug="franka-fr3"))
     end_effector = "parallel_gripper"
     sensor_slugs = factory.LazyFunction(list)
+
+
+@contextmanager
+def rows_from_before_the_pay_rule():
+    """Offers and assignments as they could be written before the pay rule (fleets migration
+    0006: its triggers refuse a rate above the order's price per hour or another currency):
+    the triggers are off for the block, in the test's transaction, and on again after. For
+    tests of what billing does with such rows (they are held, never paid blindly)."""
+    _pay_rule_triggers("DISABLE")
+    yield  # on an error the test's rollback turns them on again (ALTER TABLE is transactional)
+    _pay_rule_triggers("ENABLE")
+
+
+def _pay_rule_triggers(action: str) -> None:
+    with connection.cursor() as cursor:
+        # ALTER TABLE waits for no deferred check: run those (foreign keys) now
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        for table in ("fleets_offer", "fleets_assignment"):
+            cursor.execute(f"ALTER TABLE {table} {action} TRIGGER {table}_pay_rule")
+        cursor.execute("SET CONSTRAINTS ALL DEFERRED")
 
 
 def equipped_site(*, fleet=None, kind: str = "lab_bench", sensors=(), **fleet_kwargs):

@@ -4,7 +4,7 @@ platform's margin, booked once per job."""
 from decimal import Decimal
 
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import Q, Sum
 from django.utils import timezone
 
 from billing.ledger import post_deduction, post_payable
@@ -176,16 +176,71 @@ def _job_payable(*, order: Order, job: Job, share: Decimal) -> FleetPayable | No
 
 
 def payables_check_invariant(*, order: Order, fleet_id=None) -> bool:
-    """Fleet payables of an order never exceed its net revenue; if they do, the order's unpaid
+    """The ledger invariant, per job and per order, in the order's currency only:
+
+    - per job: a payable never stands for more than the customer money for the same accepted
+      seconds (the order's price per hour x those seconds), and is in the order's currency;
+    - per order: its payables (in its currency) never exceed its net revenue.
+
+    A payable that breaks the first is held; if the second breaks, the order's unpaid
     payables (of `fleet_id` only, when given: a payout run holds only the rows it locked) are
-    held, so payout runs skip them, and staff are flagged. True when the invariant holds."""
-    total = FleetPayable.objects.filter(order=order).aggregate(total=Sum("amount"))["total"]
-    carried = PayableDeduction.objects.filter(order=order, in_place=False).aggregate(
-        total=Sum("amount")
-    )["total"]
+    held. Held payables are skipped by payout runs until staff release them, and staff are
+    flagged. True when both hold (for `fleet_id`'s payables, when given)."""
+    per_job = _check_per_job(order, fleet_id)
+    return _check_order_total(order, fleet_id) and per_job
+
+
+def customer_money(order: Order, seconds: Decimal) -> Decimal:
+    """What the customer pays for `seconds` of the order: its price per ordered hour x them."""
+    return quantize_money(order.total * seconds / (order.hours * SECONDS_PER_HOUR), order.currency)
+
+
+def _check_per_job(order: Order, fleet_id) -> bool:
+    payables = (
+        FleetPayable.objects.filter(order=order, hold_released_at__isnull=True)
+        .annotate(
+            carried_seconds=Sum("deductions__seconds", filter=Q(deductions__in_place=False)),
+            carried_amount=Sum("deductions__amount", filter=Q(deductions__in_place=False)),
+        )
+        .order_by("pk")
+    )
+    if fleet_id is not None:
+        payables = payables.filter(fleet_id=fleet_id)
+    holds = True
+    for payable in payables:
+        seconds = payable.accepted_seconds - (payable.carried_seconds or ZERO)
+        amount = payable.amount - (payable.carried_amount or ZERO)
+        if payable.currency != order.currency:
+            why = f"is in {payable.currency}, its order in {order.currency}"
+        elif amount > (money := customer_money(order, seconds)):
+            why = (
+                f"stands for {amount} {order.currency}, more than the customer pays for the "
+                f"same {seconds} s ({money} {order.currency})"
+            )
+        else:
+            continue
+        holds = False
+        reason = f"The payable of job {payable.job_id} {why}: held until staff review."
+        if payable.payout_id is None and not payable.hold_reason:
+            FleetPayable.objects.filter(pk=payable.pk).update(hold_reason=reason)
+        flag_raise(
+            kind=BillingFlag.Kind.PAYABLES_EXCEED_REVENUE,
+            dedupe_key=f"payable-exceeds:{payable.job_id}",
+            message=reason,
+            order_id=order.id,
+        )
+    return holds
+
+
+def _check_order_total(order: Order, fleet_id) -> bool:
+    in_currency = FleetPayable.objects.filter(order=order, currency=order.currency)
+    total = in_currency.aggregate(total=Sum("amount"))["total"]
+    carried = PayableDeduction.objects.filter(
+        order=order, in_place=False, currency=order.currency
+    ).aggregate(total=Sum("amount"))["total"]
     total = (total or ZERO) - (carried or ZERO)
     revenue = order_net_revenue(order)
-    if (total or ZERO) <= revenue:
+    if total <= revenue:
         return True
     if not FleetPayable.objects.filter(
         order=order, payout__isnull=True, hold_released_at__isnull=True
@@ -251,14 +306,15 @@ def _payable_reduce(payable: FleetPayable) -> PayableDeduction | None:
     if lost >= basis:
         amount, customer = amount_left, customer_left
     else:
-        amount = min(
-            amount_left,
-            payable_amount(
-                accepted_seconds=lost,
-                rate_per_hour=payable.rate_per_hour,
-                currency=payable.currency,
-            ),
+        # What is left stands for exactly the seconds kept at the agreed rate, rounded once (two
+        # roundings, of the whole and of the part lost, could leave a cent more than the kept
+        # seconds are worth, and more than the customer pays for them).
+        kept = payable_amount(
+            accepted_seconds=basis - lost,
+            rate_per_hour=payable.rate_per_hour,
+            currency=payable.currency,
         )
+        amount = min(amount_left, max(ZERO, amount_left - kept))
         customer = min(
             customer_left, quantize_money(customer_left * lost / basis, payable.currency)
         )

@@ -3,13 +3,26 @@ about jobs and offers. Shared by one-job and batch dispatch and by accept."""
 
 from fleets.models import Assignment, Bid, Fleet, Job, Offer
 from fleets.services.jobs import job_move
+from fleets.services.pay_terms import agreed_rate, job_pay_terms
 from fleets.services.webhooks import webhook_enqueue
 
 
-def assign_job(*, job: Job, fleet: Fleet, site_id, offer=None, bid=None, reason: str) -> Assignment:
-    """The fleet takes the job at the agreed rate: the winning bid's price, else the offer's."""
-    rate = bid.price_per_hour if bid is not None else offer.rate_per_hour
-    currency = fleet.currency if bid is not None else offer.currency
+def assign_job(
+    *, job: Job, fleet: Fleet, site_id, offer=None, bid=None, reason: str, terms=None
+) -> Assignment:
+    """The fleet takes the job at the agreed rate: the winning bid's price, else the offer's,
+    which the pay rule (services/pay_terms.py) checks once more whatever the path (PayRefused:
+    e.g. the fleet changed its currency since the offer). `terms`: the job's, when the caller
+    has them (a batch), else read."""
+    terms = terms or job_pay_terms(job)
+    rate = agreed_rate(
+        terms=terms,
+        fleet_id=fleet.pk,
+        fleet_currency=fleet.currency,
+        fleet_rate=fleet.payout_rate_per_hour,
+        proposed=bid.price_per_hour if bid is not None else offer.rate_per_hour,
+    )
+    currency = terms.currency
     assignment = Assignment.objects.create(
         job=job,
         fleet=fleet,

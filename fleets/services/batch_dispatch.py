@@ -23,6 +23,7 @@ from fleets import matching, selectors
 from fleets.models import Bid, Fleet, Job, Offer
 from fleets.services.assignments import assign_job, offer_payload
 from fleets.services.jobs import jobs_move
+from fleets.services.pay_terms import PayRefused, PayTerms, agreed_rate
 from fleets.services.webhooks import webhook_enqueue_many
 from marketplace.gc_pause import gc_paused
 from orders.models import Order
@@ -55,12 +56,14 @@ def open_jobs_dispatch(*, limit: int | None = None, prefer: str = "score") -> di
             .filter(status=Job.Status.OPEN)
             .order_by("deadline", "created_at", "pk")[:limit]
         )
-        orders = set(
-            Order.objects.select_for_update(skip_locked=True)
-            .filter(pk__in={job.order_id for job in jobs})
-            .values_list("pk", flat=True)
+        orders = _order_pay(
+            Order.objects.select_for_update(skip_locked=True).filter(
+                pk__in={job.order_id for job in jobs}
+            )
         )
-        return _dispatch_locked([j for j in jobs if j.order_id in orders], prefer=prefer)
+        return _dispatch_locked(
+            [j for j in jobs if j.order_id in orders], orders=orders, prefer=prefer
+        )
 
 
 def jobs_dispatch(*, job_ids, prefer: str = "score") -> dict:
@@ -74,22 +77,37 @@ def jobs_dispatch(*, job_ids, prefer: str = "score") -> dict:
         )
         if not order_ids:
             return {}
-        list(
-            Order.objects.select_for_update()
-            .filter(pk__in=order_ids)
-            .order_by("pk")
-            .values_list("pk", flat=True)
-        )
+        locked = Order.objects.select_for_update().filter(pk__in=order_ids).order_by("pk")
+        orders = _order_pay(locked)
         jobs = list(
             Job.objects.select_for_update(of=("self",))
             .select_related("embodiment")
             .filter(pk__in=list(job_ids), order_id__in=order_ids, status=Job.Status.OPEN)
             .order_by("pk")
         )
-        return _dispatch_locked(jobs, prefer=prefer)
+        return _dispatch_locked(jobs, orders=orders, prefer=prefer)
 
 
-def _dispatch_locked(jobs: list[Job], *, prefer: str) -> dict:
+def _order_pay(orders) -> dict:
+    """order_id -> (currency, total, hours): what its jobs pay (read as the orders are locked)."""
+    return {
+        pk: (currency, total, hours)
+        for pk, currency, total, hours in orders.values_list("pk", "currency", "total", "hours")
+    }
+
+
+def _terms(job: Job, orders: dict) -> PayTerms:
+    currency, total, hours = orders[job.order_id]
+    return PayTerms.of(
+        currency=currency,
+        total=total,
+        hours=hours,
+        original_fleet_id=job.original_fleet_id,
+        original_rate=job.original_rate_per_hour,
+    )
+
+
+def _dispatch_locked(jobs: list[Job], *, orders: dict, prefer: str) -> dict:
     if not jobs:
         return {}
     now = timezone.now()
@@ -107,19 +125,23 @@ def _dispatch_locked(jobs: list[Job], *, prefer: str) -> dict:
             owed=owed.get(pk, Decimal(0)),
             payout_rate=row[_RATE],
             quality=row[_QUALITY],
+            currency=row[_CURRENCY],
         )
         for pk, row in fleets.rows.items()
     }
-    bids = _open_bids(jobs, candidates)
-    demands = [_demand(job, candidates[job.pk], bids.get(job.pk, []), now) for job in jobs]
+    terms = {job.pk: _terms(job, orders) for job in jobs}
+    bids = _open_bids(jobs, candidates, terms, states)
+    demands = [
+        _demand(job, candidates[job.pk], bids.get(job.pk, []), now, terms[job.pk]) for job in jobs
+    ]
     decisions = matching.assign(jobs=demands, fleets=states, prefer=prefer)
-    return _write(jobs=jobs, decisions=decisions, fleets=fleets, bids=bids, now=now)
+    return _write(jobs=jobs, decisions=decisions, fleets=fleets, bids=bids, terms=terms, now=now)
 
 
 _FLEET_COLUMNS = [field.attname for field in Fleet._meta.concrete_fields]
-_PK, _WEEKLY, _RATE, _QUALITY = (
+_PK, _WEEKLY, _RATE, _QUALITY, _CURRENCY = (
     _FLEET_COLUMNS.index(name)
-    for name in ("id", "weekly_capacity_hours", "payout_rate_per_hour", "quality_score")
+    for name in ("id", "weekly_capacity_hours", "payout_rate_per_hour", "quality_score", "currency")
 )
 
 
@@ -147,20 +169,41 @@ class _LockedFleets:
         return fleet
 
 
-def _open_bids(jobs: list[Job], candidates: dict) -> dict:
-    """job_id -> its eligible open bids, best first (price, earliest finish): one query."""
+def _open_bids(jobs: list[Job], candidates: dict, terms: dict, fleets: dict) -> dict:
+    """job_id -> its eligible open bids, best first (price, earliest finish): one query. A
+    bid the pay rule refuses now (its fleet changed currency since) is left out."""
     deadlines = {job.pk: job.deadline for job in jobs}
     found: dict = {}
     for bid in Bid.objects.filter(job_id__in=list(deadlines), status=Bid.Status.OPEN).order_by(
         "price_per_hour", "earliest_finish", "pk"
     ):
         sites = {site_id for site_id, _ in candidates[bid.job_id].sites}
-        if bid.earliest_finish <= deadlines[bid.job_id] and bid.site_id in sites:
+        fleet = fleets.get(bid.fleet_id)
+        if (
+            bid.earliest_finish <= deadlines[bid.job_id]
+            and bid.site_id in sites
+            and fleet is not None
+            and _bid_allowed(bid, fleet, terms[bid.job_id])
+        ):
             found.setdefault(bid.job_id, []).append(bid)
     return found
 
 
-def _demand(job: Job, candidates, bids: list, now: datetime) -> matching.JobDemand:
+def _bid_allowed(bid: Bid, fleet: matching.FleetState, terms: PayTerms) -> bool:
+    try:
+        agreed_rate(
+            terms=terms,
+            fleet_id=fleet.fleet_id,
+            fleet_currency=fleet.currency,
+            fleet_rate=fleet.payout_rate,
+            proposed=bid.price_per_hour,
+        )
+    except PayRefused:
+        return False
+    return True
+
+
+def _demand(job: Job, candidates, bids: list, now: datetime, terms: PayTerms) -> matching.JobDemand:
     seconds = Decimal(max(0.0, (job.deadline - now).total_seconds()))
     return matching.JobDemand(
         job_id=job.pk,
@@ -172,10 +215,11 @@ def _demand(job: Job, candidates, bids: list, now: datetime) -> matching.JobDema
         same_environment_sites=frozenset(candidates.same_environment),
         bids=tuple(matching.BidOption(b.pk, b.site_id, b.fleet_id) for b in bids),
         rank=(str(job.order_id), job.sequence),
+        terms=terms,
     )
 
 
-def _write(*, jobs, decisions, fleets: _LockedFleets, bids: dict, now: datetime) -> dict:
+def _write(*, jobs, decisions, fleets: _LockedFleets, bids: dict, terms: dict, now) -> dict:
     by_id = {job.pk: job for job in jobs}
     results, offers, moves = {}, [], []
     expires_at = now + timedelta(seconds=settings.FLEETS_OFFER_TTL_SECONDS)
@@ -184,7 +228,14 @@ def _write(*, jobs, decisions, fleets: _LockedFleets, bids: dict, now: datetime)
         if decision.outcome == "bid":
             bid = next(b for b in bids[job.pk] if b.pk == decision.bid_id)
             fleet = fleets[decision.fleet_id]
-            assign_job(job=job, fleet=fleet, site_id=bid.site_id, bid=bid, reason="Best bid.")
+            assign_job(
+                job=job,
+                fleet=fleet,
+                site_id=bid.site_id,
+                bid=bid,
+                reason="Best bid.",
+                terms=terms[job.pk],
+            )
             results[str(job.pk)] = DispatchResult("assigned_bid")
         elif decision.outcome == "offer":
             fleet = fleets[decision.fleet_id]
@@ -193,7 +244,14 @@ def _write(*, jobs, decisions, fleets: _LockedFleets, bids: dict, now: datetime)
                 fleet=fleet,
                 site_id=decision.site_id,
                 score=decision.score,
-                rate_per_hour=fleet.payout_rate_per_hour,
+                # the rule again, exactly: PayRefused here would be a matcher bug (the batch
+                # rolls back whole rather than write an offer the rule refuses)
+                rate_per_hour=agreed_rate(
+                    terms=terms[job.pk],
+                    fleet_id=fleet.pk,
+                    fleet_currency=fleet.currency,
+                    fleet_rate=fleet.payout_rate_per_hour,
+                ),
                 currency=fleet.currency,
                 expires_at=expires_at,
             )

@@ -22,6 +22,7 @@ from fleets.services.batch_dispatch import (
     open_jobs_dispatch,
 )
 from fleets.services.jobs import job_move
+from fleets.services.pay_terms import PayRefused, agreed_rate, job_pay_terms
 from marketplace.errors import Conflict, NotFound, invalid
 from marketplace.models import Organization
 from marketplace.queueing import enqueue_on_commit
@@ -85,27 +86,25 @@ def offer_decline(*, organization: Organization, offer_id, reason: str = "") -> 
     return offer
 
 
-def job_price_per_hour(job: Job) -> Decimal:
-    """What the customer pays per ordered hour of the job's order: no fleet is paid more."""
-    order = job.order
-    return (order.total / order.hours).quantize(Decimal("0.0001"))
+# A bid's refusals keep the codes and field the bid API always answered.
+_BID_CODES = {
+    ErrorCode.PAY_CURRENCY: ErrorCode.BID_CURRENCY,
+    ErrorCode.PAY_ABOVE_PRICE: ErrorCode.BID_ABOVE_PRICE,
+}
 
 
 def _check_bid_price(*, job: Job, fleet: Fleet, price_per_hour: Decimal) -> None:
-    order = job.order
-    if fleet.currency != order.currency:
-        raise invalid(
-            "price_per_hour",
-            f"Bids on this job are in {order.currency}; your fleet is paid in {fleet.currency}.",
-            ErrorCode.BID_CURRENCY,
+    """The pay rule (services/pay_terms.py) on the price the fleet proposes."""
+    try:
+        agreed_rate(
+            terms=job_pay_terms(job),
+            fleet_id=fleet.pk,
+            fleet_currency=fleet.currency,
+            fleet_rate=fleet.payout_rate_per_hour,
+            proposed=price_per_hour,
         )
-    ceiling = job_price_per_hour(job)
-    if price_per_hour > ceiling:
-        raise invalid(
-            "price_per_hour",
-            f"At most {ceiling} {order.currency} per hour (what the customer pays per hour).",
-            ErrorCode.BID_ABOVE_PRICE,
-        )
+    except PayRefused as refused:
+        raise invalid("price_per_hour", refused.message, _BID_CODES[refused.code]) from None
 
 
 def bid_place(

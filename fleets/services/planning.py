@@ -11,7 +11,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from fleets import tasks
-from fleets.models import EndEffector, Job, JobEvent, SiteKind
+from fleets.models import Assignment, EndEffector, Job, JobEvent, SiteKind
 from fleets.services.jobs import SYSTEM, job_move
 from marketplace.queueing import enqueue_on_commit
 from orders.models import Order
@@ -163,7 +163,8 @@ def job_recollect(*, job_id, seconds: Decimal, actor_label: str, reason: str) ->
     A job still collecting (or held for the pilot) simply has that much more to fill. A
     completed one is final (its payable is its own), so a new job of the same environment and
     phase collects exactly those seconds (its target_hours, rounded up to the hundredth of an
-    hour, only plans capacity) and is dispatched; returned.
+    hour, only plans capacity), at most at the rate agreed for them, and is dispatched;
+    returned.
     A cancelled job's hours are not re-collected."""
     with transaction.atomic():
         job = Job.objects.select_for_update().select_related("order__rate_card").get(pk=job_id)
@@ -173,6 +174,16 @@ def job_recollect(*, job_id, seconds: Decimal, actor_label: str, reason: str) ->
         hours = max(Decimal("0.01"), (seconds / 36).to_integral_value(rounding=ROUND_UP) / 100)
         sequence = Job.objects.filter(order_id=job.order_id).aggregate(n=Max("sequence"))["n"]
         deadline = max(job.deadline, _job_deadline(job.order))
+        # Who collected the excluded seconds, at what agreed rate: the job's latest assignment
+        # (what it was paid under). That fleet is offered the new job at that rate, any other
+        # fleet at most it (services/pay_terms.py), whatever rate the fleet asks now.
+        collected = (
+            Assignment.objects.filter(job=job)
+            .order_by("-created_at", "-pk")
+            .values_list("fleet_id", "rate_per_hour")
+            .first()
+        )
+        original_fleet_id, original_rate = collected or (None, None)
         extra = Job.objects.create(
             order_id=job.order_id,
             sequence=sequence + 1,
@@ -186,6 +197,9 @@ def job_recollect(*, job_id, seconds: Decimal, actor_label: str, reason: str) ->
             exact_target_seconds=seconds if seconds != hours * 3600 else None,
             deadline=deadline,
             status=Job.Status.OPEN,
+            recollection_of=job,
+            original_fleet_id=original_fleet_id,
+            original_rate_per_hour=original_rate,
         )
         JobEvent.objects.create(
             job=extra,

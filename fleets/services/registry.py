@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from fleets.currencies import fleet_pay_problems
 from fleets.error_codes import ErrorCode
 from fleets.models import EndEffector, Fleet, Robot, Site, SiteKind, new_webhook_secret
 from marketplace import outbound_webhooks
@@ -22,12 +23,28 @@ def validate_webhook_url(url: str) -> str:
     )
 
 
+def _validate_fleet_pay(fields: dict, fleet: Fleet | None) -> None:
+    """A currency fleets can be paid in (ISO 4217) and a rate in range for it; a change of one
+    is checked with the other as the fleet has it (fleets/currencies.py)."""
+    if "currency" not in fields and "payout_rate_per_hour" not in fields:
+        return
+    currency = fields.get("currency", fleet.currency if fleet else "USD")
+    rate = fields.get("payout_rate_per_hour", fleet.payout_rate_per_hour if fleet else None)
+    problems = fleet_pay_problems(currency=currency, rate=rate)
+    if "currency" in problems:
+        raise invalid("currency", problems["currency"], ErrorCode.UNKNOWN_CURRENCY)
+    if "payout_rate_per_hour" in problems:
+        raise invalid(
+            "payout_rate_per_hour", problems["payout_rate_per_hour"], ErrorCode.RATE_OUT_OF_RANGE
+        )
+
+
 def _validate_fleet_fields(fields: dict) -> dict:
+    """Everything but the pay (_validate_fleet_pay, checked with the fleet locked)."""
     if "name" in fields and not str(fields["name"]).strip():
         raise invalid("name", "A name is required.")
-    for name in ("weekly_capacity_hours", "payout_rate_per_hour"):
-        if name in fields and Decimal(fields[name]) < 0:
-            raise invalid(name, "Must be zero or more.")
+    if "weekly_capacity_hours" in fields and Decimal(fields["weekly_capacity_hours"]) < 0:
+        raise invalid("weekly_capacity_hours", "Must be zero or more.")
     if "timezone" in fields and fields["timezone"] not in zoneinfo.available_timezones():
         raise invalid("timezone", f"Unknown time zone {fields['timezone']!r}.")
     if "status" in fields and fields["status"] not in Fleet.Status.values:
@@ -76,6 +93,7 @@ def fleet_create(
             "status": status,
         }
     )
+    _validate_fleet_pay(fields, None)
     return Fleet.objects.create(organization=organization, **fields)
 
 
@@ -95,6 +113,7 @@ def fleet_update(*, organization: Organization, fleet_id, changes: dict) -> Flee
     fields = _validate_fleet_fields(dict(changes))
     with transaction.atomic():
         fleet = _own_fleet_locked(organization=organization, fleet_id=fleet_id)
+        _validate_fleet_pay(fields, fleet)
         for name, value in fields.items():
             setattr(fleet, name, value)
         fleet.save()

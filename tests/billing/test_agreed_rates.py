@@ -17,7 +17,13 @@ from orders.models import Order
 from orders.services import order_transition
 from tests.billing.payout_helpers import delivered_order, fleet_with_account
 from tests.conftest import celery_eagerly
-from tests.factories import CompletedJobFactory, OrderFactory, SiteFactory, equipped_site
+from tests.factories import (
+    CompletedJobFactory,
+    OrderFactory,
+    SiteFactory,
+    equipped_site,
+    rows_from_before_the_pay_rule,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -54,10 +60,11 @@ def test_a_fleet_raising_its_rate_after_accepting_is_paid_the_agreed_rate(
     assert offered["rate_per_hour"] == "50.0000" and offered["currency"] == "USD"
     assignment = offer_accept(organization=fleet_operator.organization, offer_id=offer.pk)
     assert assignment.rate_per_hour == Decimal("50")
-    # when: the fleet raises its rate through the API to 1,000,000/h, then delivers 2 h
+    # when: the fleet raises its rate through the API to 10,000/h (the most a fleet may ask),
+    # then delivers 2 h
     changed = fleet_operator.client.patch(
         f"/api/v1/fleet/fleets/{site.fleet.id}",
-        {"payout_rate_per_hour": "1000000"},
+        {"payout_rate_per_hour": "10000"},
         format="json",
     )
     assert changed.status_code == 200
@@ -134,15 +141,20 @@ def test_payables_above_net_revenue_are_held_flagged_and_not_paid_until_released
     # given: a 10 h order paid 1000.00, 8 h accepted (the customer keeps paying 800.00), done
     # by a fleet whose agreed rate is 120/h: 960.00 of payables
     fleet = fleet_with_account(payout_rate_per_hour=Decimal("120"))
-    order = delivered_order(jobs=[(fleet, "28800")])
+    with rows_from_before_the_pay_rule():  # 120/h on a 100/h order: refused since
+        order = delivered_order(jobs=[(fleet, "28800")])
     # when: payables are recorded, then a payout run
     order_fleet_payables(order_id=order.id)
     payout_run(triggered_by="test")
     # then: the payable is held, staff are flagged, nothing was transferred
     payable = FleetPayable.objects.get(order=order)
     assert payable.amount == Decimal("960.00") and payable.hold_reason
-    flag = BillingFlag.objects.get(kind=BillingFlag.Kind.PAYABLES_EXCEED_REVENUE)
+    flag = BillingFlag.objects.get(
+        kind=BillingFlag.Kind.PAYABLES_EXCEED_REVENUE, dedupe_key=f"payables-exceed:{order.id}"
+    )
     assert flag.order_id == order.id
+    # (and per job: 960.00 stands for 8 h the customer pays 800.00 for)
+    assert BillingFlag.objects.filter(dedupe_key=f"payable-exceeds:{payable.job_id}").exists()
     assert connect.sent() == [] and not Payout.objects.exists()
     # when: staff review and release it
     assert payables_release_hold(payable_ids=[payable.id]) == 1
