@@ -254,20 +254,25 @@ def order_trueup(*, order_id) -> Refund | None:
     return refund
 
 
-def _unkept_hours_plan(order: Order, *, why: str) -> RefundPlan:
-    """Pro rata, the hours ordered that are not kept, less what was refunded already."""
+def _unkept_hours_plan(order: Order, *, why: str, to_the_second: bool = False) -> RefundPlan:
+    """Pro rata, the hours ordered that are not kept, less what was refunded already: kept as
+    the accepted hours (to the hundredth, rounded down), or `to_the_second` (a credit: what
+    the granted episodes lasted, not the hundredth of an hour around it)."""
     payment = succeeded_payment(order)
+    kept = order.accepted_seconds / 3600 if to_the_second else order.accepted_hours
     amount = prorata_refund(
         paid=payment.amount if payment else order.total,
         currency=order.currency,
         hours_ordered=order.hours,
-        hours_kept=order.accepted_hours,
+        hours_kept=kept,
         already_refunded=payment.amount_refunded if payment else ZERO,
     )
-    return RefundPlan(amount=amount, hours_kept=order.accepted_hours, why=why)
+    return RefundPlan(amount=amount, hours_kept=kept, why=why)
 
 
-def _unkept_hours_refund(*, order_id, key, reason: str, why) -> Refund | None:
+def _unkept_hours_refund(
+    *, order_id, key, reason: str, why, to_the_second: bool = False
+) -> Refund | None:
     """The refund of the hours a delivered order no longer keeps, planned under the order's
     and payment's locks (the true-up and a credit running at once never both refund the same
     hours). `key` and `why` are functions of the locked order."""
@@ -278,22 +283,23 @@ def _unkept_hours_refund(*, order_id, key, reason: str, why) -> Refund | None:
         payment = succeeded_payment(order)
         if payment is not None:
             Payment.objects.select_for_update().filter(pk=payment.pk).first()
-        plan = _unkept_hours_plan(order, why=why(order))
+        plan = _unkept_hours_plan(order, why=why(order), to_the_second=to_the_second)
         return _refund_or_flag(order=order, plan=plan, key=key(order), reason=reason)
 
 
 def order_credit(*, order_id) -> Refund | None:
-    """Delivered episodes were credited (a granted claim, or staff): refund, pro rata, the
-    hours ordered that are no longer kept, less what was refunded already (the true-up's and
-    earlier credits'). Keyed by the hours kept, so a repeat refunds nothing. An order being
+    """Delivered episodes were credited (a granted claim, or staff): refund, pro rata to the
+    second, the hours ordered that are no longer kept, less what was refunded already (the
+    true-up's and earlier credits'). Keyed by the seconds kept, so a repeat refunds nothing. An order being
     collected again is credited when it is delivered again (order_trueup)."""
     return _unkept_hours_refund(
         order_id=order_id,
         key=lambda order: f"credit:{order.id}:{order.accepted_seconds}",
         reason=Refund.Reason.CREDIT,
         why=lambda order: (
-            f"delivered episodes credited: {order.accepted_hours} of {order.hours} h kept"
+            f"delivered episodes credited: {order.accepted_seconds} s of {order.hours} h kept"
         ),
+        to_the_second=True,
     )
 
 
