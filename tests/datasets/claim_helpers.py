@@ -17,13 +17,15 @@ from tests.datasets.helpers import Collection, upload_episode
 FRAMES = 360  # 12 s at 30 fps: six fill a 0.02 h order
 
 
-def idle_head_table(seed: int) -> dict:
-    """A demonstration that passes QA (idle 39 % of it) but stands still its first 5 s."""
+def paused_table(seed: int) -> dict:
+    """A demonstration that passes QA (idle 40 % of it, no idle head or tail) but stands still
+    from 3.33 s to 8.33 s, then goes on where it stopped."""
     columns = episode_table(frames=FRAMES, seed=seed)
     rng = np.random.default_rng(seed)
     for name in ("observation.state", "action"):
         values = columns[name]
-        values[:150] = values[150] + rng.normal(0, 0.001, values[:150].shape).astype(np.float32)
+        hold = values[100] + rng.normal(0, 0.001, (150, values.shape[1]))
+        columns[name] = np.concatenate([values[:100], hold, values[100:210]]).astype(np.float32)
     return columns
 
 
