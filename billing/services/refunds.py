@@ -290,8 +290,8 @@ def _unkept_hours_refund(
 def order_credit(*, order_id) -> Refund | None:
     """Delivered episodes were credited (a granted claim, or staff): refund, pro rata to the
     second, the hours ordered that are no longer kept, less what was refunded already (the
-    true-up's and earlier credits'). Keyed by the seconds kept, so a repeat refunds nothing. An order being
-    collected again is credited when it is delivered again (order_trueup)."""
+    true-up's and earlier credits'). Keyed by the seconds kept, so a repeat refunds nothing.
+    An order being collected again is credited when it is delivered again (order_trueup)."""
     return _unkept_hours_refund(
         order_id=order_id,
         key=lambda order: f"credit:{order.id}:{order.accepted_seconds}",

@@ -224,7 +224,8 @@ def _require_claimable(delivery: Delivery, order: Order) -> None:
 
 def _claimable_episodes(delivery: Delivery, claimed, remedy: str) -> dict[str, Episode]:
     ids = [c.episode_id for c in claimed]
-    outside = [i for i in ids if i not in set(delivery.episode_ids)]
+    held = set(delivery.episode_ids)
+    outside = [i for i in ids if i not in held]
     if outside:
         raise invalid("items", f"Not in this delivery: {', '.join(outside[:5])}.")
     episodes = {
@@ -371,6 +372,8 @@ def _recheck_item(item: ClaimItem) -> claim_checks.Verdict:
         )
         return claim_checks.recheck(item.reason_code, measured, thresholds)
     state, action = _episode_arrays(episode, item.start_seconds, item.end_seconds)
+    if len(state) < 2:
+        return claim_checks.Verdict(False, "The claimed range holds fewer than two frames.")
     report = check_content(state, action, fps=episode.fps, thresholds=thresholds)
     measured = claim_checks.Measured.of_report(report, success=episode.success, fps=episode.fps)
     verdict = claim_checks.recheck(item.reason_code, measured, thresholds)
