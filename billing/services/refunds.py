@@ -241,38 +241,37 @@ def _refund_or_flag(*, order: Order, plan: RefundPlan, key: str, reason: str) ->
 
 
 def order_trueup(*, order_id) -> Refund | None:
-    """On delivery: refund, pro rata, the hours ordered that QA did not accept; then what
-    order_credit owes (a credit granted while the order was being collected again is refunded
-    once it is delivered again)."""
-    refund = _unkept_hours_refund(
+    """On delivery: refund, pro rata, the hours ordered that QA did not accept. Delivered
+    again (after a re-collection): what order_credit owes instead (a credit granted while the
+    order was being collected again is refunded then)."""
+    deliveries = OrderEvent.objects.filter(order_id=order_id, to_status=Order.Status.DELIVERED)
+    if deliveries.count() > 1:
+        return order_credit(order_id=order_id)
+    return _unkept_hours_refund(
         order_id=order_id,
         key=lambda order: f"trueup:{order.id}",
         reason=Refund.Reason.TRUE_UP,
         why=lambda order: f"{order.accepted_hours} of {order.hours} h accepted",
     )
-    order_credit(order_id=order_id)
-    return refund
 
 
-def _unkept_hours_plan(order: Order, *, why: str, to_the_second: bool = False) -> RefundPlan:
-    """Pro rata, the hours ordered that are not kept, less what was refunded already: kept as
-    the accepted hours (to the hundredth, rounded down), or `to_the_second` (a credit: what
-    the granted episodes lasted, not the hundredth of an hour around it)."""
+def _unkept_hours_plan(order: Order, *, why: str) -> RefundPlan:
+    """What the hours ordered and not kept are owed, pro rata, less every refund made or
+    pending (the true-up and earlier credits count: a credit after a true-up refunds only the
+    difference). Kept: the accepted time to the second (never less than the accepted hours,
+    which are rounded down to the hundredth)."""
     payment = succeeded_payment(order)
-    kept = order.accepted_seconds / 3600 if to_the_second else order.accepted_hours
-    amount = prorata_refund(
-        paid=payment.amount if payment else order.total,
-        currency=order.currency,
-        hours_ordered=order.hours,
-        hours_kept=kept,
-        already_refunded=payment.amount_refunded if payment else ZERO,
+    kept = max(order.accepted_hours, order.accepted_seconds / 3600)
+    paid = payment.amount if payment else order.total
+    refunded = payment.amount_refunded if payment else ZERO
+    due = prorata_refund(
+        paid=paid, currency=order.currency, hours_ordered=order.hours, hours_kept=kept
     )
+    amount = max(ZERO, min(due - refunded, paid - refunded))
     return RefundPlan(amount=amount, hours_kept=kept, why=why)
 
 
-def _unkept_hours_refund(
-    *, order_id, key, reason: str, why, to_the_second: bool = False
-) -> Refund | None:
+def _unkept_hours_refund(*, order_id, key, reason: str, why) -> Refund | None:
     """The refund of the hours a delivered order no longer keeps, planned under the order's
     and payment's locks (the true-up and a credit running at once never both refund the same
     hours). `key` and `why` are functions of the locked order."""
@@ -283,7 +282,7 @@ def _unkept_hours_refund(
         payment = succeeded_payment(order)
         if payment is not None:
             Payment.objects.select_for_update().filter(pk=payment.pk).first()
-        plan = _unkept_hours_plan(order, why=why(order), to_the_second=to_the_second)
+        plan = _unkept_hours_plan(order, why=why(order))
         return _refund_or_flag(order=order, plan=plan, key=key(order), reason=reason)
 
 
@@ -299,7 +298,6 @@ def order_credit(*, order_id) -> Refund | None:
         why=lambda order: (
             f"delivered episodes credited: {order.accepted_seconds} s of {order.hours} h kept"
         ),
-        to_the_second=True,
     )
 
 

@@ -22,13 +22,14 @@ from datasets.models import (
     Episode,
     EpisodeExclusion,
 )
-from fleets.models import Fleet, WebhookDelivery
+from fleets.models import Fleet, Job, WebhookDelivery
 from marketplace.models import User
 from orders.models import Order
 from orders.services import order_transition
 from tests.datasets.claim_helpers import claim_of, decide, deliver, file_claim
 from tests.datasets.helpers import Collection
 from tests.datasets.test_deliveries import fetch, link
+from tests.datasets.test_exclusions import assign
 from tests.fleets.test_webhooks import Receiver
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("s3")]
@@ -232,3 +233,89 @@ def test_a_confirmed_claim_within_the_allowance_is_credited_at_once_to_the_secon
     payable.refresh_from_db()
     assert payable.accepted_seconds == Decimal("60.000")
     assert Episode.objects.get(pk=fine).status == Episode.Status.ACCEPTED
+
+
+def test_a_credit_after_a_true_up_refunds_only_the_difference(
+    paid_order, fleet_operator, customer, settings, django_capture_on_commit_callbacks
+):
+    """Delivered short (36 s of 72 s): the true-up refunds 100.00. Crediting one 12 s
+    episode then owes 33.33 more, not the whole unkept share again."""
+    settings.CLAIM_AUTO_GRANT_SHARE = Decimal("1")
+    capture = django_capture_on_commit_callbacks
+    order, payment, _intent = paid_order(
+        hours=Decimal("0.02"), environments=1, total=Decimal("200.00")
+    )
+    order_transition(order_id=order.id, to_status=Order.Status.IN_COLLECTION, actor_label="t")
+    collection = Collection(fleet_operator, customer, target_hours="0.01", order=order)
+    v1 = deliver(collection, capture, [{"seed": 90 + i, "success": i != 0} for i in range(3)])
+    (trueup,) = Refund.objects.filter(order=order, reason=Refund.Reason.TRUE_UP)
+    assert trueup.amount == Decimal("100.00")
+    # when
+    claim_of(
+        file_claim(
+            customer.client,
+            v1,
+            capture,
+            remedy="credit",
+            episodes=v1.episode_ids[:1],
+            reason_code="failed_task",
+        )
+    )
+    # then
+    (credit,) = Refund.objects.filter(order=order, reason=Refund.Reason.CREDIT)
+    assert credit.amount == Decimal("33.33") and credit.status == Refund.Status.SUCCEEDED
+    payment.refresh_from_db()
+    assert payment.amount_refunded == Decimal("133.33")
+
+
+def test_a_credit_granted_during_a_recollection_is_refunded_at_the_next_delivery(
+    paid_collection, customer, settings, django_capture_on_commit_callbacks
+):
+    settings.CLAIM_AUTO_GRANT_SHARE = Decimal("1")
+    capture = django_capture_on_commit_callbacks
+    collection, payment = paid_collection
+    order, first_job = collection.order, collection.job.pk
+    v1 = deliver(collection, capture, [{"seed": 110 + i, "success": i != 0} for i in range(6)])
+    failed, disputed = v1.episode_ids[0], v1.episode_ids[1]
+    # a credit claim a person must judge, then a re-collection granted at once
+    credit_claim = claim_of(
+        file_claim(
+            customer.client,
+            v1,
+            capture,
+            remedy="credit",
+            episodes=[disputed],
+            reason_code="wrong_task",
+        )
+    )
+    claim_of(
+        file_claim(
+            customer.client,
+            v1,
+            capture,
+            remedy="recollect",
+            episodes=[failed],
+            reason_code="failed_task",
+        )
+    )
+    order.refresh_from_db()
+    assert order.status == Order.Status.IN_COLLECTION
+    # when: staff grant the credit while the hours are collected again
+    (dispute,) = credit_claim.disputes.all()
+    Dispute.objects.filter(pk=dispute.pk).update(answer_due_at=dispute.created_at)
+    decide(dispute, capture, "granted", note="a cup, not a peg")
+    # then: nothing refunded yet (the order is not delivered) ...
+    assert not Refund.objects.filter(order=order, reason=Refund.Reason.CREDIT).exists()
+    # ... until the re-collection is delivered: then 12 s of 72 s
+    (again,) = Job.objects.filter(order=order).exclude(pk=collection.job.pk)
+    collection.job = assign(again, collection)
+    deliver(collection, capture, [{"seed": 120, "operator": "op-c"}])
+    v2 = Delivery.objects.get(order=order, version=2)
+    assert v2.status == Delivery.Status.READY and disputed not in v2.episode_ids
+    (credit,) = Refund.objects.filter(order=order, reason=Refund.Reason.CREDIT)
+    assert credit.amount == Decimal("33.33") and credit.status == Refund.Status.SUCCEEDED
+    payment.refresh_from_db()
+    assert payment.amount_refunded == Decimal("33.33")
+    # the fleet is paid for 48 s of the first job and the 12 s re-collected, not the credit
+    payables = {p.job_id: p.accepted_seconds for p in FleetPayable.objects.filter(order=order)}
+    assert payables == {first_job: Decimal("48.000"), again.pk: Decimal("12.000")}
