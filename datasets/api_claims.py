@@ -86,8 +86,16 @@ class ClaimItemSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+# "" until staff decide
+DECISION = serializers.ChoiceField(
+    choices=Dispute.Decision.choices, allow_blank=True, read_only=True
+)
+
+
 class ClaimDisputeSerializer(serializers.ModelSerializer):
     """A dispute as the customer sees it: the fleet's answer and the staff's decision."""
+
+    decision = DECISION
 
     class Meta:
         model = Dispute
@@ -223,6 +231,7 @@ class FleetDisputeSerializer(serializers.ModelSerializer):
     fleet = serializers.UUIDField(source="fleet_id", read_only=True)
     remedy = serializers.CharField(source="claim.remedy", read_only=True)
     customer_note = serializers.CharField(source="claim.note", read_only=True)
+    decision = DECISION
     items = DisputeItemSerializer(many=True, read_only=True)
 
     class Meta:

@@ -107,7 +107,7 @@ class ClaimItem(models.Model):
         REFUSED = "refused", "Refused"
 
     class Recheck(models.TextChoices):
-        NOT_RUN = "", "Not re-checked"
+        NOT_RUN = "not_run", "Not re-checked"
         CONFIRMED = "confirmed", "Confirmed by the re-check"
         NOT_CONFIRMED = "not_confirmed", "Not confirmed by the re-check"
 
@@ -124,7 +124,7 @@ class ClaimItem(models.Model):
     note = models.TextField(blank=True)
     seconds = models.DecimalField(max_digits=12, decimal_places=3)  # the episode's duration
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
-    recheck = models.CharField(max_length=15, choices=Recheck.choices, blank=True)
+    recheck = models.CharField(max_length=15, choices=Recheck.choices, default=Recheck.NOT_RUN)
     recheck_detail = models.CharField(max_length=500, blank=True)
     route = models.CharField(max_length=200, blank=True)  # why it was granted or disputed
 

@@ -502,7 +502,7 @@ def test_the_recheck_measures_the_claimed_range_and_a_person_judges_the_rest(
         clean[0]: ("disputed", "not_confirmed"),
         clean[1]: ("disputed", "not_confirmed"),
         clean[2]: ("disputed", "not_confirmed"),
-        clean[3]: ("disputed", ""),
+        clean[3]: ("disputed", "not_run"),
     }
     detail = ClaimItem.objects.get(episode_id=paused).recheck_detail
     assert detail.startswith("from 3.400 s to 8.300 s: Idle 100%")
