@@ -64,25 +64,26 @@ class ClaimRequestSerializer(serializers.Serializer):
         return [{"episode": e, "reason_code": data["reason_code"]} for e in data["episodes"]]
 
 
+ITEM_FIELDS = [
+    "episode",
+    "reason_code",
+    "start_seconds",
+    "end_seconds",
+    "note",
+    "seconds",
+    "status",
+    "recheck",
+    "recheck_detail",
+]
+
+
 class ClaimItemSerializer(serializers.ModelSerializer):
     episode = serializers.UUIDField(source="episode_id", read_only=True)
     dispute = serializers.UUIDField(source="dispute_id", read_only=True, allow_null=True)
 
     class Meta:
         model = ClaimItem
-        fields = [
-            "episode",
-            "reason_code",
-            "start_seconds",
-            "end_seconds",
-            "note",
-            "seconds",
-            "status",
-            "recheck",
-            "recheck_detail",
-            "route",
-            "dispute",
-        ]
+        fields = [*ITEM_FIELDS, "route", "dispute"]
         read_only_fields = fields
 
 
@@ -209,18 +210,7 @@ class DisputeItemSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ClaimItem
-        fields = [
-            "episode",
-            "job",
-            "reason_code",
-            "start_seconds",
-            "end_seconds",
-            "note",
-            "seconds",
-            "status",
-            "recheck",
-            "recheck_detail",
-        ]
+        fields = ["job", *ITEM_FIELDS]
         read_only_fields = fields
 
 

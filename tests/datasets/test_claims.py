@@ -19,6 +19,7 @@ from datasets.models import (
     EpisodeExclusion,
     Recollection,
 )
+from datasets.services.claims import claim_recheck
 from datasets.services.exclusions import episodes_exclude
 from datasets.services.sweep import claims_sweep
 from fleets.models import Job
@@ -509,3 +510,37 @@ def test_the_recheck_measures_the_claimed_range_and_a_person_judges_the_rest(
     assert ClaimItem.objects.get(episode_id=clean[3]).route == (
         "Disputed: this reason needs a person to judge."
     )
+
+
+def test_a_claim_whose_recheck_was_lost_is_rechecked_by_the_sweep(
+    delivered, customer, settings, django_capture_on_commit_callbacks
+):
+    """The re-check's message was lost (the broker was down): the claim stays `checking`, a
+    second claim waits for it, and claims_sweep queues the re-check again."""
+    settings.CLAIM_AUTO_GRANT_SHARE = Decimal("1")
+    _, v1 = delivered
+    body = {"remedy": "credit", "episodes": v1.episode_ids[:1], "reason_code": "failed_task"}
+    with django_capture_on_commit_callbacks(execute=False):  # nothing queued runs
+        filed = customer.client.post(f"/api/v1/deliveries/{v1.id}/claims", body, format="json")
+    claim = claim_of(filed)
+    assert claim.status == Claim.Status.CHECKING
+    second = customer.client.post(
+        f"/api/v1/deliveries/{v1.id}/claims",
+        {**body, "episodes": v1.episode_ids[1:2]},
+        format="json",
+    )
+    assert second.status_code == 409 and second.json()["code"] == "claim_in_progress"
+    assert claims_sweep() == 0  # not stale yet
+    Claim.objects.filter(pk=claim.pk).update(
+        created_at=timezone.now() - timedelta(seconds=settings.CLAIM_RECHECK_STALE_SECONDS + 1)
+    )
+    # when
+    with django_capture_on_commit_callbacks(execute=True):
+        assert claims_sweep() == 1
+    # then: decided once (the failed one granted), and a rerun changes nothing
+    claim.refresh_from_db()
+    assert claim.status == Claim.Status.DECIDED
+    assert claim.items.get().status == ClaimItem.Status.GRANTED
+    assert EpisodeExclusion.objects.count() == 1
+    claim_recheck(claim_id=claim.id)
+    assert EpisodeExclusion.objects.count() == 1
