@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from django.db.models import Count, Max, Min, Q, Sum
+from django.db.models import Count, Max, Min, OuterRef, Q, Subquery, Sum
 
 from datasets.models import (
     Claim,
@@ -17,7 +17,6 @@ from datasets.models import (
     DownloadEvent,
     EpisodeExclusion,
 )
-from datasets.services.allowance import order_allowance
 from marketplace.errors import NotFound
 from orders.models import Order
 
@@ -89,6 +88,9 @@ class RejectionRecord:
 
 
 def rejection_record(*, organization) -> RejectionRecord:
+    first_full = Delivery.objects.filter(
+        order=OuterRef("pk"), kind=Delivery.Kind.FULL, ready_at__isnull=False
+    ).order_by("ready_at", "version")
     orders = (
         Order.objects.filter(organization=organization)
         .filter(
@@ -96,8 +98,13 @@ def rejection_record(*, organization) -> RejectionRecord:
             | Q(exclusions__against_allowance=True)
         )
         .distinct()
+        .annotate(first_seconds=Subquery(first_full.values("seconds")[:1]))
+        .values_list("pk", "first_seconds", "hours")
     )
-    base = sum((order_allowance(order).base_seconds for order in orders[:1000]), ZERO)
+    # the allowance's base per order (datasets.services.allowance): its first full delivery's
+    # seconds, or the hours ordered before one
+    bases = [seconds if seconds is not None else hours * 3600 for _, seconds, hours in orders]
+    base = sum(bases, ZERO)
     rejected = EpisodeExclusion.objects.filter(
         order__organization=organization, against_allowance=True
     ).aggregate(s=Sum("seconds"))["s"]
@@ -110,7 +117,7 @@ def rejection_record(*, organization) -> RejectionRecord:
         ),
     )
     return RejectionRecord(
-        orders=len(orders),
+        orders=len(bases),
         base_seconds=base,
         rejected_seconds=rejected or ZERO,
         items_granted=counts["granted"],

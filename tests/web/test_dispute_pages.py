@@ -71,7 +71,7 @@ def test_staff_see_the_download_audit_and_decide_a_partial_grant(
     url = f"/staff/disputes/{disputed.dispute.id}/"
     page = staff.get(url).content.decode()
     assert "3 / 3 (100%)" in page and "api_key:grabber" in page
-    assert 'id="customer-share"' in page and 'id="dispute-decide"' not in page
+    assert '<strong id="customer-share">0%</strong>' in page and 'id="dispute-decide"' not in page
     # the fleet answers; now staff decide
     fleet_operator.session_client().post(
         f"/fleet/disputes/{disputed.dispute.id}/", {"answer": "two of them are fine"}
@@ -99,6 +99,8 @@ def test_staff_see_the_download_audit_and_decide_a_partial_grant(
     assert "two of them are fine" in shown and 'class="dispute-decision">partly granted<' in shown
     theirs = fleet_operator.session_client().get(f"/fleet/disputes/{dispute.id}/").content
     assert b"partly granted" in theirs
+    # the customer's granted share across its orders: 24 s of the 48 s delivered
+    assert '<strong id="customer-share">50%</strong>' in staff.get(url).content.decode()
     decided = staff.get("/staff/disputes/").content.decode()
     assert decided.index(str(dispute.id)) > decided.index('id="disputes-decided"')
 
