@@ -544,3 +544,34 @@ def test_a_claim_whose_recheck_was_lost_is_rechecked_by_the_sweep(
     assert EpisodeExclusion.objects.count() == 1
     claim_recheck(claim_id=claim.id)
     assert EpisodeExclusion.objects.count() == 1
+
+
+def test_only_the_files_holding_a_credited_episode_are_refused(
+    fleet_operator, customer, settings, django_capture_on_commit_callbacks
+):
+    """Data files rolled over after every episode: once the first is credited, v1 (its
+    successor still assembling) refuses the file holding it and signs the others."""
+    settings.CLAIM_AUTO_GRANT_SHARE = Decimal("1")
+    settings.DELIVERY_DATA_FILE_BYTES = 1
+    capture = django_capture_on_commit_callbacks
+    collection = _collection(fleet_operator, customer)
+    v1 = deliver(collection, capture, [{"seed": 160 + i, "success": i != 0} for i in range(6)])
+    data = {f.episode_ids[0]: f.path for f in v1.files.filter(path__startswith="data/")}
+    assert sorted(data) == sorted(v1.episode_ids)  # one file per episode
+    failed, other = v1.episode_ids[0], v1.episode_ids[1]
+    claim_of(
+        file_claim(
+            customer.client,
+            v1,
+            capture,
+            remedy="credit",
+            episodes=[failed],
+            reason_code="failed_task",
+        )
+    )
+    Delivery.objects.filter(order=collection.order, version=2).update(
+        status=Delivery.Status.ASSEMBLING
+    )
+    refused = link(customer.client, v1.id, data[failed])
+    assert refused.status_code == 409 and refused.json()["code"] == "episodes_credited"
+    assert link(customer.client, v1.id, data[other]).status_code == 302

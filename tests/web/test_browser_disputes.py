@@ -15,7 +15,7 @@ from tests.web.test_browser import (  # noqa: F401  (fixtures)
     new_page,
     shot,
 )
-from tests.web.test_browser_portals import PASSWORD, log_in
+from tests.web.test_browser_portals import PASSWORD, both_widths, log_in
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 expect = playwright_sync.expect
@@ -38,8 +38,10 @@ def test_the_fleet_answers_and_staff_grant_two_of_four(
     fleet_page = new_page()
     log_in(fleet_page, base, fleet_operator.user.username, f"/fleet/disputes/{dispute_id}/")
     expect(fleet_page.locator("#dispute-items tbody tr")).to_have_count(4)
+    widths = both_widths(fleet_page, "95-fleet-dispute")
+    assert widths["desktop"] == widths["phone"] == 0, widths
     fleet_page.get_by_label("What staff should know").fill("Episodes 3 and 4 show the peg.")
-    shot(fleet_page, "95-fleet-dispute-answer")
+    shot(fleet_page, "95-fleet-dispute-answering")
     fleet_page.get_by_role("button", name="Send the answer").click()
     expect(fleet_page.locator("#fleet-answer")).to_have_text("Episodes 3 and 4 show the peg.")
     assert Dispute.objects.get(pk=dispute_id).status == Dispute.Status.AWAITING_DECISION
@@ -50,12 +52,14 @@ def test_the_fleet_answers_and_staff_grant_two_of_four(
     log_in(staff_page, base, "stella", f"/staff/disputes/{dispute_id}/")
     expect(staff_page.locator("#download-audit tbody tr")).to_have_attribute("data-share", "1.00")
     expect(staff_page.locator("#fleet-answer")).to_have_text("Episodes 3 and 4 show the peg.")
+    widths = both_widths(staff_page, "96-staff-dispute")
+    assert widths["desktop"] == widths["phone"] == 0, widths
     granted = [str(e.id) for e in disputed.episodes[:2]]
     for episode_id in granted:
         staff_page.locator(f"#grant-{episode_id}").check()
     staff_page.get_by_label("Partly granted").check()
     staff_page.get_by_label("Note (required: why)").fill("The first two hold a cup, not a peg.")
-    shot(staff_page, "96-staff-dispute-decision")
+    shot(staff_page, "96-staff-dispute-deciding")
     staff_page.get_by_role("button", name="Record the decision").click()
     expect(staff_page.locator("#dispute-decision")).to_have_text("partly granted")
     expect(staff_page.locator("#dispute-decision-form input[type=checkbox]")).to_have_count(0)
