@@ -1,20 +1,16 @@
-"""Customers exclude accepted episodes of their own orders (one by one or an operator's), with
-a reason code, and read the order's exclusions (thin: datasets.services.exclusions)."""
+"""Customers exclude accepted episodes of their own orders before delivery (one by one or an
+operator's), with a reason code, and read the order's exclusions (thin: datasets.services.
+exclusions). Delivered episodes are claimed instead (datasets/api_claims.py)."""
 
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import generics, serializers, status
-from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from datasets.api_customer import CustomerOrderApi
 from datasets.models import EpisodeExclusion, ExclusionReason
-from datasets.services.acceptance import delivery_reject_episodes
 from datasets.services.exclusions import episodes_exclude
 from marketplace.audit import public_label
-from marketplace.permissions import CanOrder, IsCustomer
 from marketplace.tenancy import caller_for_request
-from marketplace.throttling import CallerRateThrottle
 
 MAX_EPISODES = 1000
 
@@ -94,55 +90,5 @@ class OrderExclusions(CustomerOrderApi, generics.ListAPIView):
             "already_excluded": result.already,
             "seconds": str(result.seconds),
             "recollection_jobs": [str(job.id) for job in result.recollection_jobs],
-        }
-        return Response(body, status=status.HTTP_201_CREATED)
-
-
-class EpisodeRejectionSerializer(serializers.Serializer):
-    episodes = serializers.ListField(
-        child=serializers.UUIDField(), min_length=1, max_length=MAX_EPISODES
-    )
-    reason_code = serializers.ChoiceField(choices=ExclusionReason.choices)
-    note = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
-    remedy = serializers.ChoiceField(
-        choices=EpisodeExclusion.Remedy.choices, default=EpisodeExclusion.Remedy.RECOLLECT
-    )
-
-
-class EpisodeRejectionResultSerializer(ExclusionResultSerializer):
-    next_version = serializers.UUIDField(allow_null=True)
-
-
-class DeliveryRejectEpisodes(APIView):
-    """POST /deliveries/<id>/reject-episodes: within the acceptance window, reject delivered
-    episodes with a reason code; re-collected (default) or credited."""
-
-    permission_classes = [IsAuthenticated, IsCustomer, CanOrder]
-    throttle_classes = [CallerRateThrottle]
-
-    @extend_schema(
-        request=EpisodeRejectionSerializer,
-        responses={201: EpisodeRejectionResultSerializer},
-        summary="Reject delivered episodes (acceptance window): re-collected or credited",
-    )
-    def post(self, request, pk):
-        serializer = EpisodeRejectionSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        rejection = delivery_reject_episodes(
-            caller=caller_for_request(request),
-            delivery_id=pk,
-            episode_ids=data["episodes"],
-            reason_code=data["reason_code"],
-            note=data["note"],
-            remedy=data["remedy"],
-        )
-        result = rejection.exclusion
-        body = {
-            "excluded": ExclusionSerializer(result.excluded, many=True).data,
-            "already_excluded": result.already,
-            "seconds": str(result.seconds),
-            "recollection_jobs": [str(job.id) for job in result.recollection_jobs],
-            "next_version": str(rejection.next_version.id) if rejection.next_version else None,
         }
         return Response(body, status=status.HTTP_201_CREATED)

@@ -12,6 +12,43 @@ class ErrorCode(models.TextChoices):
         "The delivery's acceptance window is over: its episodes can no longer be rejected.",
     )
     ALREADY_REVIEWED = "already_reviewed", "The pilot was already reviewed."
+    CLAIM_IN_PROGRESS = (
+        "claim_in_progress",
+        "Another claim of this order is still being re-checked: file this one in a moment.",
+    )
+    CLAIM_ROLE_REFUSED = (
+        "claim_role_refused",
+        "This role may not file this claim: credit needs the owner or billing role, "
+        "re-collection the owner or member role.",
+    )
+    DISPUTE_AWAITING_FLEET = (
+        "dispute_awaiting_fleet",
+        "The fleet may still answer this dispute: it is decided after its answer or deadline.",
+    )
+    DISPUTE_CLOSED = (
+        "dispute_closed",
+        "The dispute no longer takes this (answered, past its deadline, or decided).",
+    )
+    EPISODE_ALREADY_CLAIMED = (
+        "episode_already_claimed",
+        "The episode was claimed before (in this or an earlier version): once only.",
+    )
+    EPISODE_DELIVERED = (
+        "episode_delivered",
+        "The episode was delivered: reject it with a claim, not an exclusion.",
+    )
+    EPISODES_CREDITED = (
+        "episodes_credited",
+        "The file holds episodes the customer was credited for: no new links to it.",
+    )
+    RECOLLECTION_EXHAUSTED = (
+        "recollection_exhausted",
+        "These hours were re-collected once already: credit them, or ask staff.",
+    )
+    REJECTION_ALLOWANCE_EXCEEDED = (
+        "rejection_allowance_exceeded",
+        "Beyond the order's rejection allowance: claim delivered episodes for a staff decision.",
+    )
     ARCHIVE_TOO_LARGE = (
         "archive_too_large",
         "The delivery is too large for a single archive: use the download command.",

@@ -5,6 +5,15 @@ from decimal import Decimal
 
 from django.db import models
 
+from datasets.claim_models import (  # noqa: F401 (models of this app)
+    DISPUTE_TRANSITIONS,
+    Claim,
+    ClaimEvent,
+    ClaimItem,
+    Dispute,
+    Recollection,
+    Remedy,
+)
 from fleets.models import Fleet, Job, Operator, Robot, Site
 from marketplace.audit import AppendOnlyModel, actor_label
 from orders.models import Order
@@ -141,6 +150,7 @@ class ExclusionReason(models.TextChoices):
     FAILED_TASK = "failed_task", "The task was not achieved"
     CAMERA = "camera", "Camera view unusable"
     LOW_QUALITY = "low_quality", "Quality below what the order needs"
+    MISLABELLED_OBJECT = "mislabelled_object", "An object is not the one labelled"
     OTHER = "other", "Other (see the note)"
 
 
@@ -155,9 +165,7 @@ class EpisodeExclusion(AppendOnlyModel):
         PILOT_REVIEW = "pilot_review", "Pilot rejected for re-collection"
         ACCEPTANCE = "acceptance", "Rejected after delivery"
 
-    class Remedy(models.TextChoices):
-        RECOLLECT = "recollect", "Re-collected"
-        CREDIT = "credit", "Credited"
+    Remedy = Remedy
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     episode = models.OneToOneField(Episode, on_delete=models.PROTECT, related_name="exclusion")
@@ -171,6 +179,9 @@ class EpisodeExclusion(AppendOnlyModel):
     # The episode's time that no longer counts (what its job and order lost).
     seconds = models.DecimalField(max_digits=12, decimal_places=3)
     actor_label = models.CharField(max_length=200)
+    # Asked for by the customer (its exclusions during collection, its granted claims): counts
+    # against its rejection allowance (datasets/services/claims.py).
+    against_allowance = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -315,6 +326,9 @@ class DeliveryFile(models.Model):
     path = models.CharField(max_length=300)  # relative to the delivery's prefix
     size_bytes = models.BigIntegerField()
     sha256 = models.CharField(max_length=64, blank=True)  # blank only for manifest.json itself
+    # The episodes whose frames the file holds (data and video files; [] for metadata, and for
+    # files of versions assembled before this was recorded): no link once one is credited.
+    episode_ids = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["path"]

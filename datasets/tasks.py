@@ -81,3 +81,23 @@ def delivery_export(export_id: str) -> str:
     from datasets.services.exports import bucket_export_run
 
     return bucket_export_run(export_id=export_id).status
+
+
+class ClaimRecheckLater(Exception):
+    """A delivery of the claim's order is being assembled: the re-check waits for it."""
+
+
+@shared_task(**task_options(transient=(storage.StorageError, ClaimRecheckLater)))
+def qa_claim_recheck(claim_id: str) -> str:
+    """Queue "qa": re-check a claim's episodes (reads their files) and decide each."""
+    from datasets.services.claims import claim_recheck
+
+    return claim_recheck(claim_id=claim_id).status
+
+
+@shared_task(**OPTIONS)
+def claims_sweep() -> int:
+    """celery beat: claims left unchecked, disputes past the fleet's deadline."""
+    from datasets.services.sweep import claims_sweep
+
+    return claims_sweep()

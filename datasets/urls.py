@@ -1,6 +1,13 @@
 from django.urls import path
 
-from datasets import api, api_deliveries, api_downloads, api_exclusions, api_operators
+from datasets import (
+    api,
+    api_claims,
+    api_deliveries,
+    api_downloads,
+    api_exclusions,
+    api_operators,
+)
 
 # Mounted under /api/v1/fleet/ (fleet-operator keys).
 fleet_urlpatterns = [
@@ -18,6 +25,13 @@ fleet_urlpatterns = [
         "operator-figures",
         api_operators.FleetOperatorFigures.as_view(),
         name="fleet-operator-figures",
+    ),
+    path("disputes", api_claims.FleetDisputeList.as_view(), name="fleet-dispute-list"),
+    path("disputes/<uuid:pk>", api_claims.FleetDisputeDetail.as_view(), name="fleet-dispute"),
+    path(
+        "disputes/<uuid:pk>/answer",
+        api_claims.FleetDisputeAnswer.as_view(),
+        name="fleet-dispute-answer",
     ),
 ]
 
@@ -57,10 +71,12 @@ urlpatterns = [
         name="delivery-download-links",
     ),
     path(
-        "deliveries/<uuid:pk>/reject-episodes",
-        api_exclusions.DeliveryRejectEpisodes.as_view(),
-        name="delivery-reject-episodes",
+        "deliveries/<uuid:pk>/claims",
+        api_claims.DeliveryClaimCreate.as_view(),
+        name="delivery-claim-create",
     ),
+    path("orders/<uuid:pk>/claims", api_claims.OrderClaimList.as_view(), name="order-claims"),
+    path("claims/<uuid:pk>", api_claims.ClaimDetail.as_view(), name="claim-detail"),
     path(
         "deliveries/<uuid:pk>/revoke",
         api_deliveries.DeliveryRevoke.as_view(),

@@ -6,6 +6,7 @@ DATABASE_URL, CELERY_BROKER_URL and the secrets.
 """
 
 import os
+from decimal import Decimal
 from pathlib import Path
 
 import dj_database_url
@@ -195,6 +196,9 @@ SPECTACULAR_SETTINGS = {
         "DeliveryStatusEnum": "datasets.models.Delivery.Status",
         "DeliveryKindEnum": "datasets.models.Delivery.Kind",
         "ExclusionReasonEnum": "datasets.models.ExclusionReason",
+        "ClaimStatusEnum": "datasets.models.Claim.Status",
+        "ClaimItemStatusEnum": "datasets.models.ClaimItem.Status",
+        "DisputeStatusEnum": "datasets.models.Dispute.Status",
         "UploadMethodEnum": "datasets.api.UPLOAD_METHODS",
         "PaymentMethodEnum": "billing.models.Payment.Method",
     },
@@ -428,9 +432,17 @@ EPISODE_QA_PLATFORM_DUPLICATES = env_bool("EPISODE_QA_PLATFORM_DUPLICATES", True
 # Operator outliers within an order (datasets/operator_figures.py): among operators with at
 # least MIN_EPISODES checked episodes, flagged when the mean quality score is below RATIO x
 # the order's median, or the acceptance rate more than GAP below the order's median.
-# After a full delivery the customer may reject delivered episodes for this many days (re-
-# collected or credited; datasets/services/acceptance.py).
+# The customer may claim delivered episodes (re-collected or credited) for this many days after
+# the order's first full delivery: one window per order, later versions do not restart it.
 DELIVERY_ACCEPTANCE_DAYS = int(os.environ.get("DELIVERY_ACCEPTANCE_DAYS", "14"))
+# Claims (datasets/services/claims.py): an episode's rejection is granted at once only while the
+# customer's rejected share of the order (its exclusions during collection included) stays
+# within this fraction of the order's accepted hours and the automatic re-check confirms it;
+# anything else is a dispute its fleet may answer for DISPUTE_ANSWER_DAYS, then staff decide.
+CLAIM_AUTO_GRANT_SHARE = Decimal(os.environ.get("CLAIM_AUTO_GRANT_SHARE", "0.10"))
+DISPUTE_ANSWER_DAYS = int(os.environ.get("DISPUTE_ANSWER_DAYS", "5"))
+# A claim still being re-checked this long after it was filed is re-checked again (beat).
+CLAIM_RECHECK_STALE_SECONDS = int(os.environ.get("CLAIM_RECHECK_STALE_SECONDS", "600"))
 OPERATOR_OUTLIER_MIN_EPISODES = int(os.environ.get("OPERATOR_OUTLIER_MIN_EPISODES", "3"))
 OPERATOR_OUTLIER_QUALITY_RATIO = float(os.environ.get("OPERATOR_OUTLIER_QUALITY_RATIO", "0.8"))
 OPERATOR_OUTLIER_ACCEPTANCE_GAP = float(os.environ.get("OPERATOR_OUTLIER_ACCEPTANCE_GAP", "0.2"))
@@ -460,6 +472,10 @@ DELIVERY_NOTIFY_WITHIN_SECONDS = int(os.environ.get("DELIVERY_NOTIFY_WITHIN_SECO
 CELERY_BEAT_SCHEDULE["datasets-delivery-sweep"] = {
     "task": "datasets.tasks.delivery_sweep",
     "schedule": 600.0,
+}
+CELERY_BEAT_SCHEDULE["datasets-claims-sweep"] = {
+    "task": "datasets.tasks.claims_sweep",
+    "schedule": 300.0,
 }
 
 # --- Billing (Stripe) -------------------------------------------------------------------------

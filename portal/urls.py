@@ -8,6 +8,7 @@ from portal.views import (
     accounts,
     billing,
     deliveries,
+    disputes,
     exclusions,
     fleet,
     media,
@@ -131,9 +132,13 @@ urlpatterns = [
     path("fleet/jobs/<uuid:pk>/", fleet.job_detail, name="job-detail-page"),
     path("fleet/jobs/<uuid:pk>/collect/", fleet.job_collect, name="job-collect-page"),
     path("fleet/earnings/", billing.fleet_earnings_page, name="fleet-earnings-page"),
+    path("fleet/disputes/", disputes.fleet_dispute_list, name="fleet-disputes-page"),
+    path("fleet/disputes/<uuid:pk>/", disputes.fleet_dispute_page, name="fleet-dispute-page"),
     # Staff: what needs attention, the dispatch board, recording bank transfers
     path("staff/", staff.attention, name="staff-attention"),
     path("staff/dispatch/", staff.dispatch_board, name="staff-dispatch"),
+    path("staff/disputes/", disputes.staff_dispute_queue, name="staff-disputes"),
+    path("staff/disputes/<uuid:pk>/", disputes.staff_dispute_page, name="staff-dispute-page"),
     path("staff/jobs/<uuid:pk>/redispatch/", staff.job_redispatch_page, name="staff-redispatch"),
     path(
         "staff/orders/<uuid:pk>/exclusions/",

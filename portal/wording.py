@@ -80,6 +80,7 @@ EXCLUSION_REASONS = {
     "failed_task": "The task was not achieved.",
     "camera": "A camera's view is unusable (blocked, out of frame, too dark).",
     "low_quality": "The quality is below what the order needs.",
+    "mislabelled_object": "An object handled is not the one labelled.",
     "other": "Another reason (see the note).",
 }
 

@@ -241,44 +241,63 @@ def _refund_or_flag(*, order: Order, plan: RefundPlan, key: str, reason: str) ->
 
 
 def order_trueup(*, order_id) -> Refund | None:
-    """On delivery: refund, pro rata, the hours ordered that QA did not accept."""
-    order = Order.objects.get(pk=order_id)
-    if order.status not in (Order.Status.DELIVERED, Order.Status.CLOSED):
-        return None
-    plan = _unkept_hours_plan(order, why=f"{order.accepted_hours} of {order.hours} h accepted")
-    return _refund_or_flag(
-        order=order, plan=plan, key=f"trueup:{order.id}", reason=Refund.Reason.TRUE_UP
+    """On delivery: refund, pro rata, the hours ordered that QA did not accept. Delivered
+    again (after a re-collection): what order_credit owes instead (a credit granted while the
+    order was being collected again is refunded then)."""
+    deliveries = OrderEvent.objects.filter(order_id=order_id, to_status=Order.Status.DELIVERED)
+    if deliveries.count() > 1:
+        return order_credit(order_id=order_id)
+    return _unkept_hours_refund(
+        order_id=order_id,
+        key=lambda order: f"trueup:{order.id}",
+        reason=Refund.Reason.TRUE_UP,
+        why=lambda order: f"{order.accepted_hours} of {order.hours} h accepted",
     )
 
 
 def _unkept_hours_plan(order: Order, *, why: str) -> RefundPlan:
-    """Pro rata, the hours ordered that are not kept, less what was refunded already."""
+    """What the hours ordered and not kept are owed, pro rata, less every refund made or
+    pending (the true-up and earlier credits count: a credit after a true-up refunds only the
+    difference). Kept: the accepted time to the second (never less than the accepted hours,
+    which are rounded down to the hundredth)."""
     payment = succeeded_payment(order)
-    amount = prorata_refund(
-        paid=payment.amount if payment else order.total,
-        currency=order.currency,
-        hours_ordered=order.hours,
-        hours_kept=order.accepted_hours,
-        already_refunded=payment.amount_refunded if payment else ZERO,
+    kept = max(order.accepted_hours, order.accepted_seconds / 3600)
+    paid = payment.amount if payment else order.total
+    refunded = payment.amount_refunded if payment else ZERO
+    due = prorata_refund(
+        paid=paid, currency=order.currency, hours_ordered=order.hours, hours_kept=kept
     )
-    return RefundPlan(amount=amount, hours_kept=order.accepted_hours, why=why)
+    amount = max(ZERO, min(due - refunded, paid - refunded))
+    return RefundPlan(amount=amount, hours_kept=kept, why=why)
+
+
+def _unkept_hours_refund(*, order_id, key, reason: str, why) -> Refund | None:
+    """The refund of the hours a delivered order no longer keeps, planned under the order's
+    and payment's locks (the true-up and a credit running at once never both refund the same
+    hours). `key` and `why` are functions of the locked order."""
+    with transaction.atomic():
+        order = Order.objects.select_for_update().get(pk=order_id)
+        if order.status not in (Order.Status.DELIVERED, Order.Status.CLOSED):
+            return None
+        payment = succeeded_payment(order)
+        if payment is not None:
+            Payment.objects.select_for_update().filter(pk=payment.pk).first()
+        plan = _unkept_hours_plan(order, why=why(order))
+        return _refund_or_flag(order=order, plan=plan, key=key(order), reason=reason)
 
 
 def order_credit(*, order_id) -> Refund | None:
-    """Delivered episodes were rejected in the acceptance window and credited: refund, pro
-    rata, the hours ordered that are no longer kept, less what was refunded already (the
-    true-up's and earlier credits'). Keyed by the hours kept, so a repeat refunds nothing."""
-    order = Order.objects.get(pk=order_id)
-    if order.status not in (Order.Status.DELIVERED, Order.Status.CLOSED):
-        return None
-    plan = _unkept_hours_plan(
-        order, why=f"delivered episodes rejected: {order.accepted_hours} of {order.hours} h kept"
-    )
-    return _refund_or_flag(
-        order=order,
-        plan=plan,
-        key=f"credit:{order.id}:{order.accepted_seconds}",
+    """Delivered episodes were credited (a granted claim, or staff): refund, pro rata to the
+    second, the hours ordered that are no longer kept, less what was refunded already (the
+    true-up's and earlier credits'). Keyed by the seconds kept, so a repeat refunds nothing.
+    An order being collected again is credited when it is delivered again (order_trueup)."""
+    return _unkept_hours_refund(
+        order_id=order_id,
+        key=lambda order: f"credit:{order.id}:{order.accepted_seconds}",
         reason=Refund.Reason.CREDIT,
+        why=lambda order: (
+            f"delivered episodes credited: {order.accepted_seconds} s of {order.hours} h kept"
+        ),
     )
 
 

@@ -1,9 +1,8 @@
-"""The customer's acceptance window: for DELIVERY_ACCEPTANCE_DAYS after a full delivery is
-ready, the customer may reject delivered episodes with a reason code. Rejected episodes are
-excluded (datasets.services.exclusions: not counted, the fleet's payable reversed before
-payout or carried as a deduction after it) and either re-collected (the order goes back to
-collection; the next version is delivered when they are in) or credited (a pro rata refund
-through billing's refund path; the next version, without them, is assembled at once)."""
+"""Staff credit delivered episodes (not bound by the acceptance window): excluded (datasets.
+services.exclusions: not counted, the fleet's payable reversed before payout or carried as a
+deduction after it) and credited (a pro rata refund through billing's refund path; the next
+version, without them, is assembled at once). The customer's own rejections are claims
+(datasets/services/claims.py)."""
 
 from dataclasses import dataclass
 
@@ -12,15 +11,11 @@ from django.db import transaction
 from datasets.error_codes import ErrorCode
 from datasets.models import Delivery, Episode, EpisodeExclusion
 from datasets.services.delivery_versions import (
-    acceptance_deadline,
     latest_full_delivery,
     open_next_version,
-    require_acceptance_window,
 )
-from datasets.services.downloads import customer_delivery
 from datasets.services.exclusions import ExclusionResult, episode_uuids, episodes_exclude
 from marketplace.errors import Conflict, NotFound, invalid
-from marketplace.tenancy import Caller
 from orders.models import Order
 
 Remedy = EpisodeExclusion.Remedy
@@ -30,39 +25,6 @@ Remedy = EpisodeExclusion.Remedy
 class Rejection:
     exclusion: ExclusionResult
     next_version: Delivery | None  # assembled now (credit); re-collection delivers it later
-
-
-def delivery_reject_episodes(
-    *,
-    caller: Caller,
-    delivery_id,
-    episode_ids,
-    reason_code: str,
-    note: str = "",
-    remedy: str = Remedy.RECOLLECT,
-) -> Rejection:
-    """Reject delivered episodes of the latest full delivery, within the window (else a 409
-    saying when it closed). Episodes not in this delivery are a 400; another tenant's
-    delivery is a 404; rejecting an episode again changes nothing."""
-    if remedy not in Remedy.values:
-        raise invalid("remedy", f"One of: {', '.join(Remedy.values)}.")
-    ids = episode_uuids(episode_ids)
-    if not ids:
-        raise invalid("episodes", "Name the delivered episodes to reject.")
-    with transaction.atomic():
-        delivery = customer_delivery(
-            organization=caller.organization, delivery_id=delivery_id, lock=True
-        )
-        _check_open(delivery)
-        return _reject(
-            delivery,
-            ids,
-            caller=caller,
-            reason_code=reason_code,
-            note=note,
-            scope=EpisodeExclusion.Scope.ACCEPTANCE,
-            remedy=remedy,
-        )
 
 
 def staff_credit_delivered_episodes(
@@ -139,18 +101,3 @@ def _reject(delivery: Delivery, ids: list[str], *, remedy: str, reason_code: str
             "and credited.",
         )
     return Rejection(exclusion=result, next_version=following)
-
-
-def _check_open(delivery: Delivery) -> None:
-    deadline = acceptance_deadline(delivery)
-    if delivery.status != Delivery.Status.READY or deadline is None:
-        raise Conflict(
-            "Only the episodes of a ready full delivery are rejected (a pilot is reviewed).",
-            code=ErrorCode.DELIVERY_NOT_READY,
-        )
-    if delivery.superseded_at is not None:
-        raise Conflict(
-            f"Version {delivery.version} is replaced by a newer one: reject episodes there.",
-            code=ErrorCode.DELIVERY_SUPERSEDED,
-        )
-    require_acceptance_window(delivery)

@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from datasets import storage, tasks
 from datasets.error_codes import ErrorCode
-from datasets.lerobot import LeRobotWriter
-from datasets.lerobot_videos import DatasetVideos, VideoAssemblyError
+from datasets.lerobot import DATA_PATH, LeRobotWriter
+from datasets.lerobot_videos import VIDEO_PATH, DatasetVideos, VideoAssemblyError
 from datasets.models import (
     DELIVERY_TRANSITIONS,
     Delivery,
@@ -264,7 +264,26 @@ def delivery_assemble(*, delivery_id) -> Delivery:
         manifest = write_delivery_files(root, facts, extra=extra)
         upload_tree(root, delivery.prefix)
         manifest_size = (root / "manifest.json").stat().st_size
-    return _delivery_ready(delivery, manifest, manifest_size, episodes, writer.total_frames)
+    holds = files_holding(writer, episodes)
+    return _delivery_ready(delivery, manifest, manifest_size, episodes, writer.total_frames, holds)
+
+
+def files_holding(writer: LeRobotWriter, episodes) -> dict[str, list[str]]:
+    """Which episodes' frames each data and video file holds (no link to a file once one of
+    them is credited: datasets/services/downloads.py)."""
+    holds: dict[str, list[str]] = {}
+    for record, episode in zip(writer.episodes, episodes, strict=True):
+        paths = [DATA_PATH.format(chunk_index=record.chunk_index, file_index=record.file_index)]
+        for name, value in record.extra.items():
+            if name.startswith("videos/") and name.endswith("/chunk_index"):
+                key = name[len("videos/") : -len("/chunk_index")]
+                file_index = record.extra[f"videos/{key}/file_index"]
+                paths.append(
+                    VIDEO_PATH.format(video_key=key, chunk_index=value, file_index=file_index)
+                )
+        for path in paths:
+            holds.setdefault(path, []).append(str(episode.id))
+    return holds
 
 
 class InvalidDeliveryTransition(Conflict):
@@ -299,7 +318,7 @@ def _delivery_fail(delivery: Delivery, reason: str) -> Delivery:
 
 
 def _delivery_ready(
-    delivery, manifest: dict, manifest_size: int, episodes, frames: int
+    delivery, manifest: dict, manifest_size: int, episodes, frames: int, holds: dict
 ) -> Delivery:
     with transaction.atomic():
         delivery = Delivery.objects.select_for_update().get(pk=delivery.pk)
@@ -309,7 +328,11 @@ def _delivery_ready(
         DeliveryFile.objects.bulk_create(
             [
                 DeliveryFile(
-                    delivery=delivery, path=f["path"], size_bytes=f["size"], sha256=f["sha256"]
+                    delivery=delivery,
+                    path=f["path"],
+                    size_bytes=f["size"],
+                    sha256=f["sha256"],
+                    episode_ids=holds.get(f["path"], []),
                 )
                 for f in manifest["files"]
             ]

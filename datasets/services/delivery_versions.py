@@ -23,19 +23,34 @@ class AcceptanceWindowClosed(Conflict):
 
 
 def acceptance_deadline(delivery: Delivery) -> datetime | None:
-    """Until when delivered episodes may be rejected (None: not a ready full delivery)."""
+    """Until when the order's delivered episodes may be claimed (None: not a ready full
+    delivery). One window per order: it opens with the order's first ready full delivery and
+    later versions do not restart it."""
     if delivery.kind != Delivery.Kind.FULL or delivery.ready_at is None:
         return None
-    return delivery.ready_at + timedelta(days=settings.DELIVERY_ACCEPTANCE_DAYS)
+    first = first_full_delivery(delivery.order_id)
+    opened = first.ready_at if first is not None else delivery.ready_at
+    return opened + timedelta(days=settings.DELIVERY_ACCEPTANCE_DAYS)
+
+
+def first_full_delivery(order_id) -> Delivery | None:
+    """The order's first full delivery that became ready: it opens the acceptance window and
+    its seconds are the base of the rejection allowance."""
+    return (
+        Delivery.objects.filter(order_id=order_id, kind=Delivery.Kind.FULL)
+        .exclude(ready_at=None)
+        .order_by("ready_at", "version")
+        .first()
+    )
 
 
 def require_acceptance_window(delivery: Delivery) -> None:
-    """A 409 saying when it closed, once the delivery's acceptance window is over."""
+    """A 409 saying when it closed, once the order's acceptance window is over."""
     deadline = acceptance_deadline(delivery)
     if deadline is not None and timezone.now() > deadline:
         raise AcceptanceWindowClosed(
-            f"The acceptance window of this delivery closed on {deadline:%Y-%m-%d %H:%M} UTC "
-            f"({settings.DELIVERY_ACCEPTANCE_DAYS} days after it was delivered).",
+            f"The acceptance window of this order closed on {deadline:%Y-%m-%d %H:%M} UTC "
+            f"({settings.DELIVERY_ACCEPTANCE_DAYS} days after its first full delivery).",
             fields={"episodes": ["The acceptance window is closed."]},
         )
 

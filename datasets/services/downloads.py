@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from datasets import storage
 from datasets.error_codes import ErrorCode
-from datasets.models import Delivery, DeliveryFile, DownloadEvent
+from datasets.models import Delivery, DeliveryFile, DownloadEvent, EpisodeExclusion
 from marketplace.audit import actor_label
 from marketplace.errors import Conflict, NotFound, ServiceError, invalid
 from marketplace.models import Organization
@@ -36,17 +36,14 @@ class DownloadLink:
 def delivery_download_link(
     *, caller: Caller, delivery_id, path: str, ip_address: str | None, user_agent: str
 ) -> DownloadLink:
-    """A freshly signed GET for one file of a ready, unrevoked delivery, recorded first."""
-    delivery = customer_delivery(organization=caller.organization, delivery_id=delivery_id)
-    if delivery.is_revoked:
-        raise Conflict(
-            "This delivery was revoked: no new links are issued.", code=ErrorCode.DELIVERY_REVOKED
-        )
-    if delivery.status != Delivery.Status.READY:
-        raise Conflict("This delivery is not ready yet.", code=ErrorCode.DELIVERY_NOT_READY)
+    """A freshly signed GET for one file of a ready, unrevoked, current delivery, recorded
+    first; never for a file holding a credited episode."""
+    delivery = issuing_delivery(caller, delivery_id)
     # No stored path holds a NUL byte, and PostgreSQL refuses one in a query (it was a 500).
-    if "\x00" in path or not DeliveryFile.objects.filter(delivery=delivery, path=path).exists():
+    file = None if "\x00" in path else delivery.files.filter(path=path).first()
+    if file is None:
         raise NotFound("No such file in this delivery.", fields={"path": ["Not in the manifest."]})
+    _refuse_credited(delivery, {path: file}, field="path")
     expires_in = settings.DELIVERY_LINK_EXPIRY_SECONDS
     event = DownloadEvent.objects.create(
         delivery=delivery,
@@ -60,6 +57,46 @@ def delivery_download_link(
         download_name=path.rsplit("/", 1)[-1],
     )
     return DownloadLink(url=url, expires_at=event.link_expires_at, event=event)
+
+
+class EpisodesCredited(Conflict):
+    code = ErrorCode.EPISODES_CREDITED
+
+
+def credited_episode_ids(order_id) -> set[str]:
+    """The order's episodes the customer was credited for (a refund instead of the data)."""
+    return {
+        str(pk)
+        for pk in EpisodeExclusion.objects.filter(
+            order_id=order_id, remedy=EpisodeExclusion.Remedy.CREDIT
+        ).values_list("episode_id", flat=True)
+    }
+
+
+def file_episodes(delivery: Delivery, file: DeliveryFile) -> set[str]:
+    """The episodes whose frames a file holds: as recorded at assembly; a data or video file
+    of a version assembled before that was recorded is taken to hold every episode."""
+    if file.episode_ids:
+        return set(file.episode_ids)
+    if file.path.startswith(("data/", "videos/")):
+        return set(delivery.episode_ids)
+    return set()
+
+
+def _refuse_credited(delivery: Delivery, files: dict, *, field: str = "paths") -> None:
+    """No link to a file holding an episode that was credited, in any version (`files`: the
+    request's key for each file -> DeliveryFile)."""
+    credited = credited_episode_ids(delivery.order_id) & set(delivery.episode_ids)
+    if not credited:
+        return
+    refused = sorted(key for key, f in files.items() if file_episodes(delivery, f) & credited)
+    if refused:
+        raise EpisodesCredited(
+            f"{len(refused)} file{'s' if len(refused) != 1 else ''} of this version hold "
+            "episodes the customer was credited for: no new links to them. The order's latest "
+            "version leaves those episodes out.",
+            fields={field: {key: ["Holds credited episodes."] for key in refused[:50]}},
+        )
 
 
 MAX_LINKS_PER_REQUEST = 500
@@ -85,7 +122,7 @@ def delivery_download_links(
     recorded (one DownloadEvent per file, inserted together before any link is signed).
     All or nothing: a duplicate or a path the delivery does not hold refuses the whole batch.
     Four statements whatever the number of paths (caller, delivery, files, the insert)."""
-    delivery = _ready_delivery_for(caller, delivery_id)
+    delivery = issuing_delivery(caller, delivery_id)
     if not paths or len(paths) > MAX_LINKS_PER_REQUEST:
         raise invalid("paths", f"Give 1 to {MAX_LINKS_PER_REQUEST} paths per request.")
     first_seen: dict[str, int] = {}
@@ -105,6 +142,7 @@ def delivery_download_links(
     missing = {str(i): ["Not in the manifest."] for i, p in enumerate(paths) if p not in files}
     if missing:
         raise NotFound("Not every path is a file of this delivery.", fields={"paths": missing})
+    _refuse_credited(delivery, {str(i): files[path] for i, path in enumerate(paths)})
     expires_in = settings.DELIVERY_LINK_EXPIRY_SECONDS
     expires_at = timezone.now() + timezone.timedelta(seconds=expires_in)
     requester = DownloadEvent.requester(caller, ip_address=ip_address, user_agent=user_agent)
@@ -159,7 +197,11 @@ class DeliveryArchive:
     chunks: object  # an iterator of bytes
 
 
-def _ready_delivery_for(caller: Caller, delivery_id) -> Delivery:
+def issuing_delivery(caller: Caller, delivery_id, *, whole: bool = False) -> Delivery:
+    """The caller's delivery, if it still issues links: ready, unrevoked, and not replaced by
+    a newer version that is ready (links signed before expire on their own, within
+    DELIVERY_LINK_EXPIRY_SECONDS). `whole` (the archive, the bucket export: every file):
+    refused while any file holds a credited episode."""
     delivery = customer_delivery(organization=caller.organization, delivery_id=delivery_id)
     if delivery.is_revoked:
         raise Conflict(
@@ -167,7 +209,33 @@ def _ready_delivery_for(caller: Caller, delivery_id) -> Delivery:
         )
     if delivery.status != Delivery.Status.READY:
         raise Conflict("This delivery is not ready yet.", code=ErrorCode.DELIVERY_NOT_READY)
+    successor = ready_successor(delivery)
+    if successor is not None:
+        raise Conflict(
+            f"Version {delivery.version} is replaced by version {successor.version}, which is "
+            "ready: download that one (no new links to a replaced version).",
+            code=ErrorCode.DELIVERY_SUPERSEDED,
+            fields={"delivery": [str(successor.id)]},
+        )
+    if whole:
+        _refuse_credited(delivery, {f.path: f for f in delivery.files.all()})
     return delivery
+
+
+def ready_successor(delivery: Delivery) -> Delivery | None:
+    """The ready version that replaces a superseded one (None while it is assembling)."""
+    if delivery.superseded_at is None:
+        return None
+    return (
+        Delivery.objects.filter(
+            order_id=delivery.order_id,
+            kind=delivery.kind,
+            version__gt=delivery.version,
+            status=Delivery.Status.READY,
+        )
+        .order_by("version")
+        .first()
+    )
 
 
 def delivery_archive_size(delivery: Delivery) -> int:
@@ -216,7 +284,7 @@ def delivery_archive(
     """The whole delivery as one uncompressed tar (parquet is compressed already), streamed
     file by file from storage: memory stays one chunk whatever the size. Only deliveries up to
     DELIVERY_ARCHIVE_MAX_BYTES (larger ones: the download command). Recorded like a link."""
-    delivery = _ready_delivery_for(caller, delivery_id)
+    delivery = issuing_delivery(caller, delivery_id, whole=True)
     size = delivery_archive_size(delivery)
     limit = settings.DELIVERY_ARCHIVE_MAX_BYTES
     if size > limit:

@@ -137,8 +137,8 @@ def episode_plot_svg(*, episode: Episode) -> str:
     table = pq.ParquetFile(reader).read(columns=["observation.state", "action"])
     spec = episode.order.stream_spec or {}
     panels = [
-        ("State", _matrix(table.column("observation.state")), spec.get("state", {})),
-        ("Action", _matrix(table.column("action")), spec.get("action", {})),
+        ("State", column_matrix(table.column("observation.state")), spec.get("state", {})),
+        ("Action", column_matrix(table.column("action")), spec.get("action", {})),
     ]
     seconds = (episode.frames or table.num_rows) / max(episode.fps, 1)
     parts = [
@@ -169,7 +169,8 @@ def episode_plot_svg(*, episode: Episode) -> str:
     return "".join(parts)
 
 
-def _matrix(column) -> np.ndarray:
+def column_matrix(column) -> np.ndarray:
+    """A list or fixed-size-list column as a frames x D float64 matrix."""
     rows = column.combine_chunks()
     width = rows.type.list_size if hasattr(rows.type, "list_size") else len(rows[0])
     flat = np.asarray(rows.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)

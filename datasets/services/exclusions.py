@@ -4,7 +4,11 @@ or the customer within its own order, with a reason code. Excluded episodes stop
 order returns to collection, a completed job's hours become a new dispatched job), the fleet
 is not paid for them (billing hears `orders.signals.order_hours_excluded` and reduces or
 deducts the payable), the delivered versions are superseded by a next one, and each exclusion
-is an append-only EpisodeExclusion row naming who acted."""
+is an append-only EpisodeExclusion row naming who acted.
+
+A customer excludes only episodes not delivered yet (delivered ones are claimed:
+datasets/services/claims.py), within its rejection allowance (datasets/services/allowance.py),
+and never episodes whose hours were already re-collected once (a second round is staff's)."""
 
 import uuid
 from dataclasses import dataclass, field
@@ -14,12 +18,9 @@ from django.db import transaction
 from django.db.models import Sum
 
 from datasets.error_codes import ErrorCode
-from datasets.models import Delivery, Episode, EpisodeExclusion, ExclusionReason
-from datasets.services.delivery_versions import (
-    deliveries_supersede,
-    latest_full_delivery,
-    require_acceptance_window,
-)
+from datasets.models import Delivery, Episode, EpisodeExclusion, ExclusionReason, Recollection
+from datasets.services.allowance import require_within_allowance
+from datasets.services.delivery_versions import deliveries_supersede
 from fleets.models import Job
 from fleets.services.planning import job_recollect
 from marketplace.audit import actor_label as label_of
@@ -73,10 +74,11 @@ def _locked_order(caller: Caller | None, order_id) -> Order:
             code=ErrorCode.EXCLUSION_NOT_ALLOWED,
         )
     if caller is not None and order.status == Order.Status.DELIVERED:
-        # After delivery the customer pushes back within the acceptance window only.
-        delivered = latest_full_delivery(order)
-        if delivered is not None:
-            require_acceptance_window(delivered)
+        raise Conflict(
+            "The order is delivered: reject delivered episodes with a claim (POST "
+            "/deliveries/<id>/claims), decided by the re-check or by staff.",
+            code=ErrorCode.EPISODE_DELIVERED,
+        )
     if Delivery.objects.filter(order=order, status=Delivery.Status.ASSEMBLING).exists():
         raise Conflict(
             "A delivery of this order is being assembled: exclude once it is ready.",
@@ -153,14 +155,20 @@ def episodes_exclude(
     note: str = "",
     scope: str = "",
     remedy: str = Remedy.RECOLLECT,
+    reasons: dict | None = None,
+    against_allowance: bool = False,
 ) -> ExclusionResult:
     """Exclude accepted episodes of an order (see the module). `caller` is the customer (its
-    own order only; another's is a 404), None for staff (`staff_label`). Excluding an episode
+    own order only; another's is a 404), None for staff or a granted claim (`staff_label`:
+    who acted). `reasons`: episode id -> (reason code, note), for episodes excluded for
+    another reason than `reason_code`. A customer's exclusions (but a pilot review's) and
+    `against_allowance` ones count against its rejection allowance. Excluding an episode
     again changes nothing; the whole call is one transaction."""
     note = note or ""
     _check_reason(reason_code, note)
     actor = label_of(caller) if caller is not None else (staff_label or "staff")
     scope = scope or (Scope.OPERATOR if operator else Scope.EPISODE)
+    customer = caller is not None and scope != Scope.PILOT_REVIEW
     with transaction.atomic():
         order = _locked_order(caller, order_id)
         named = _named_episodes(order, episode_ids, operator)
@@ -169,6 +177,8 @@ def episodes_exclude(
         result.already = len(named) - len(fresh)
         if not fresh:
             return result
+        if customer:
+            _check_customer_may_exclude(order, fresh)
         for episode in fresh:
             episode.status = Episode.Status.EXCLUDED
             episode.save(update_fields=["status"])
@@ -176,7 +186,10 @@ def episodes_exclude(
         lost_by_job = {job.id: (job, _job_lost_seconds(job)) for job in jobs.order_by("pk")}
         result.seconds = sum((lost for _, lost in lost_by_job.values()), Decimal(0))
         _order_lose(order, result.seconds)
-        result.excluded = _record(fresh, lost_by_job, reason_code, note, scope, remedy, actor)
+        why = {str(e.id): (reason_code, note) for e in fresh} | dict(reasons or {})
+        result.excluded = _record(
+            fresh, lost_by_job, why, scope, remedy, actor, against_allowance or customer
+        )
         deliveries_supersede(order=order, kinds=_kinds_affected(order, lost_by_job))
         if remedy == Remedy.RECOLLECT and result.seconds > 0:
             result.recollection_jobs = _recollect(order, lost_by_job, actor, reason_code)
@@ -210,7 +223,30 @@ def _order_lose(order: Order, seconds: Decimal) -> None:
     order.save(update_fields=["accepted_seconds", "accepted_hours", "updated_at"])
 
 
-def _record(fresh, lost_by_job, reason_code, note, scope, remedy, actor) -> list:
+def _check_customer_may_exclude(order: Order, fresh: list[Episode]) -> None:
+    """A customer excludes undelivered episodes, not re-collected ones, within its allowance
+    (the caller holds the order's lock)."""
+    delivered = set()
+    for ids in Delivery.objects.filter(
+        order=order, kind=Delivery.Kind.FULL, status=Delivery.Status.READY
+    ).values_list("episode_ids", flat=True):
+        delivered.update(ids)
+    if shown := [str(e.id) for e in fresh if str(e.id) in delivered]:
+        raise Conflict(
+            f"{len(shown)} of these episodes were delivered: reject them with a claim.",
+            code=ErrorCode.EPISODE_DELIVERED,
+            fields={"episodes": shown[:20]},
+        )
+    again = Recollection.objects.filter(job_id__in={e.job_id for e in fresh})
+    if again.exists():
+        raise Conflict(
+            "These hours were re-collected once already; only staff collect them again.",
+            code=ErrorCode.RECOLLECTION_EXHAUSTED,
+        )
+    require_within_allowance(order, sum((e.duration_seconds for e in fresh), Decimal(0)))
+
+
+def _record(fresh, lost_by_job, why, scope, remedy, actor, against_allowance) -> list:
     """One append-only row per newly excluded episode, the job's lost time spread over its
     episodes in order (so the rows add up to what the job lost)."""
     left = {pk: lost for pk, (_, lost) in lost_by_job.items()}
@@ -218,6 +254,7 @@ def _record(fresh, lost_by_job, reason_code, note, scope, remedy, actor) -> list
     for episode in fresh:
         seconds = min(episode.duration_seconds or Decimal(0), left[episode.job_id])
         left[episode.job_id] -= seconds
+        reason_code, note = why[str(episode.id)]
         rows.append(
             EpisodeExclusion(
                 episode=episode,
@@ -230,6 +267,7 @@ def _record(fresh, lost_by_job, reason_code, note, scope, remedy, actor) -> list
                 note=note.strip(),
                 seconds=seconds,
                 actor_label=actor,
+                against_allowance=against_allowance,
             )
         )
     return EpisodeExclusion.objects.bulk_create(rows)
@@ -245,6 +283,9 @@ def _recollect(order: Order, lost_by_job: dict, actor: str, reason_code: str) ->
                 job_id=job.id, seconds=lost, actor_label=actor, reason=f"excluded ({reason_code})"
             )
             if extra is not None:
+                Recollection.objects.create(
+                    job=extra, source_job=job, seconds=lost, actor_label=actor
+                )
                 created.append(extra)
     collecting = Job.objects.filter(
         order=order,

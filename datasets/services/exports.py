@@ -11,7 +11,7 @@ from django.utils import timezone
 from datasets import storage, tasks
 from datasets.error_codes import ErrorCode
 from datasets.models import BucketExport, Delivery
-from datasets.services.downloads import _ready_delivery_for
+from datasets.services.downloads import issuing_delivery
 from marketplace.audit import actor_label
 from marketplace.errors import ServiceError
 from marketplace.queueing import enqueue_on_commit
@@ -40,7 +40,7 @@ def bucket_export_start(
     access_key_id: str,
     secret_access_key: str,
 ) -> BucketExport:
-    delivery = _ready_delivery_for(caller, delivery_id)
+    delivery = issuing_delivery(caller, delivery_id, whole=True)
     bucket, prefix, region = bucket.strip(), prefix.strip().strip("/"), region.strip()
     endpoint_url = endpoint_url.strip().rstrip("/")
     fields: dict[str, list[str]] = {}

@@ -9,8 +9,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from datasets import tasks
-from datasets.models import Delivery, Episode
+from datasets.models import Claim, Delivery, Episode
 from datasets.services.deliveries import delivery_webhook_record
+from datasets.services.disputes import disputes_time_up
 from datasets.services.episodes import episode_abandon_upload
 from marketplace import outbound_webhooks
 from marketplace import tasks as marketplace_tasks
@@ -81,3 +82,15 @@ def delivery_sweep() -> int:
             marketplace_tasks.organization_webhook_deliver, str(delivery_id)
         )
     return len(assembling) + len(unannounced) + recorded + len(stuck)
+
+
+def claims_sweep() -> int:
+    """- the re-check of claims filed long ago and still being checked (a lost message);
+    - disputes whose fleet did not answer in time go to staff (never granted by themselves).
+    Returns how many were queued or moved."""
+    cutoff = timezone.now() - timedelta(seconds=settings.CLAIM_RECHECK_STALE_SECONDS)
+    stale = Claim.objects.filter(status=Claim.Status.CHECKING, created_at__lt=cutoff)
+    ids = list(stale.values_list("id", flat=True)[:100])
+    for claim_id in ids:
+        enqueue_or_leave_to_sweeper(tasks.qa_claim_recheck, str(claim_id))
+    return len(ids) + disputes_time_up()

@@ -1,6 +1,8 @@
 """The customer's exclusion page of an order: its operators (figures and outlier flags), a
-form to exclude an operator or episodes with a reason (asked again before it acts), and the
-order's exclusions so far. Thin: datasets.services.exclusions does the work."""
+form to exclude an operator or episodes with a reason (asked again before it acts), the
+order's exclusions so far, and once delivered, its claims: each episode's re-check and
+decision, the fleet's answer and the staff's. Thin: datasets.services.exclusions and claims
+do the work."""
 
 from django.contrib import messages
 from django.http import Http404
@@ -8,13 +10,15 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from datasets.models import Episode, EpisodeExclusion, ExclusionReason
+from datasets import claim_selectors
+from datasets.models import Claim, Episode, EpisodeExclusion, ExclusionReason
 from datasets.operator_figures import order_operator_figures
 from datasets.services.acceptance import (
     delivered_episodes_of,
-    delivery_reject_episodes,
     staff_credit_delivered_episodes,
 )
+from datasets.services.allowance import order_allowance
+from datasets.services.claims import claim_create
 from datasets.services.delivery_versions import acceptance_deadline, latest_full_delivery
 from datasets.services.exclusions import episodes_exclude
 from marketplace.audit import user_label
@@ -85,6 +89,12 @@ def _page(request, order, *, staff: bool):
             "acceptance_until": acceptance_deadline(delivered) if delivered else None,
             "remedies": EpisodeExclusion.Remedy.choices,
             "staff": staff,
+            "allowance": order_allowance(order),
+            "claims": list(
+                claim_selectors.customer_claims(organization=order.organization, order_id=order.pk)[
+                    :100
+                ]
+            ),
         },
     )
 
@@ -103,20 +113,12 @@ def _exclude(request, order, *, staff: bool = False):
             if operator
             else (f"{len(episodes)} episode{'s' if len(episodes) != 1 else ''}")
         )
+        claim = not staff and order.status == Order.Status.DELIVERED
         return confirm_page(
             request,
-            title="Exclude these episodes?",
-            message=(
-                f"Exclude {what} from this order ({EXCLUSION_REASONS.get(reason, reason)})? "
-                "They stop counting and are not paid to the fleet; "
-                + (
-                    "their hours are refunded to the customer"
-                    if post.get("remedy") == EpisodeExclusion.Remedy.CREDIT
-                    else "their hours are collected again"
-                )
-                + " and the dataset is delivered as a new version. This cannot be undone."
-            ),
-            button="Exclude",
+            title="Claim these episodes?" if claim else "Exclude these episodes?",
+            message=_confirm_message(what, reason, post.get("remedy"), claim=claim),
+            button="File the claim" if claim else "Exclude",
             back_url=back,
             fields=[
                 ("operator", operator),
@@ -124,6 +126,8 @@ def _exclude(request, order, *, staff: bool = False):
                 ("reason_code", reason),
                 ("note", post.get("note", "")),
                 ("remedy", post.get("remedy", EpisodeExclusion.Remedy.RECOLLECT)),
+                ("start_seconds", post.get("start_seconds", "")),
+                ("end_seconds", post.get("end_seconds", "")),
             ],
         )
     try:
@@ -134,21 +138,63 @@ def _exclude(request, order, *, staff: bool = False):
     except NotFound as exc:
         messages.error(request, exc.message)
     except ServiceError as exc:
-        detail = " ".join(m for ms in (exc.fields or {}).values() for m in ms)
+        detail = " ".join(_messages(exc.fields))
         messages.error(request, f"{exc.message} {detail}".strip())
     else:
-        messages.success(
-            request,
-            f"{len(result.excluded)} episode{'s' if len(result.excluded) != 1 else ''} excluded"
-            + (f" ({result.already} already were)" if result.already else "")
-            + f"; {duration_text(result.seconds)} "
-            + (
-                "credited."
-                if post.get("remedy") == EpisodeExclusion.Remedy.CREDIT
-                else "go back to collection."
-            ),
-        )
+        messages.success(request, _done(result, post.get("remedy")))
     return redirect(back)
+
+
+def _confirm_message(what: str, reason: str, remedy, *, claim: bool) -> str:
+    words = EXCLUSION_REASONS.get(reason, reason)
+    credit = remedy == EpisodeExclusion.Remedy.CREDIT
+    if claim:
+        return (
+            f"Claim {what} of the delivered dataset ({words}), "
+            + ("to be credited" if credit else "to be collected again")
+            + "? Each episode is re-checked: within your rejection allowance and confirmed, it "
+            "is granted at once; otherwise its fleet may answer and staff decide. An episode "
+            "is claimed once only."
+        )
+    return (
+        f"Exclude {what} from this order ({words})? They stop counting and are not paid to the "
+        "fleet; "
+        + (
+            "their hours are refunded to the customer"
+            if credit
+            else "their hours are collected again"
+        )
+        + " and the dataset is delivered as a new version. This cannot be undone."
+    )
+
+
+def _messages(fields) -> list[str]:
+    """Field errors as plain words (a claim's are nested per item)."""
+    out = []
+    for value in (fields or {}).values():
+        if isinstance(value, dict):
+            out.extend(_messages(value))
+        elif isinstance(value, list | tuple):
+            out.extend(str(v) for v in value)
+        else:
+            out.append(str(value))
+    return out[:10]
+
+
+def _done(result, remedy) -> str:
+    if isinstance(result, Claim):
+        count = result.items.count()
+        return (
+            f"Claim filed for {count} episode{'s' if count != 1 else ''}: each is re-checked now;"
+            " within your allowance and confirmed, it is granted at once, otherwise the fleet "
+            "may answer and staff decide."
+        )
+    return (
+        f"{len(result.excluded)} episode{'s' if len(result.excluded) != 1 else ''} excluded"
+        + (f" ({result.already} already were)" if result.already else "")
+        + f"; {duration_text(result.seconds)} "
+        + ("credited." if remedy == EpisodeExclusion.Remedy.CREDIT else "go back to collection.")
+    )
 
 
 def _staff_apply(request, order, operator: str, episodes: list[str], reason: str):
@@ -167,8 +213,8 @@ def _staff_apply(request, order, operator: str, episodes: list[str], reason: str
 
 
 def _apply(request, order, operator: str, episodes: list[str], reason: str):
-    """Before delivery: an exclusion (re-collected). Delivered: a rejection of the latest
-    version's episodes in the acceptance window, re-collected or credited."""
+    """Before delivery: an exclusion (re-collected, within the allowance). Delivered: a claim
+    on the latest version's episodes, re-collected or credited once granted."""
     note = request.POST.get("note", "")
     delivered = latest_full_delivery(order) if order.status == Order.Status.DELIVERED else None
     if delivered is None:
@@ -182,11 +228,14 @@ def _apply(request, order, operator: str, episodes: list[str], reason: str):
         )
     if operator:
         episodes = delivered_episodes_of(delivered, operator)
-    return delivery_reject_episodes(
+    span = {
+        name: request.POST.get(name, "").strip() or None
+        for name in ("start_seconds", "end_seconds")
+    }
+    return claim_create(
         caller=request.caller,
         delivery_id=delivered.id,
-        episode_ids=episodes,
-        reason_code=reason,
-        note=note,
         remedy=request.POST.get("remedy", EpisodeExclusion.Remedy.RECOLLECT),
-    ).exclusion
+        items=[{"episode": e, "reason_code": reason, **span} for e in episodes],
+        note=note,
+    )

@@ -13,7 +13,7 @@ from billing import selectors as billing_selectors
 from billing.models import BillingFlag
 from billing.services import flags, payments
 from datasets import selectors as dataset_selectors
-from datasets.models import Delivery
+from datasets.models import Delivery, Dispute
 from datasets.services.delivery_versions import delivery_start
 from fleets import selectors as fleet_selectors
 from fleets.models import Job
@@ -44,6 +44,9 @@ def attention(request):
             "other_flags": [f for f in open_flags if f.kind != BillingFlag.Kind.DISPUTE],
             "failed_deliveries": dataset_selectors.deliveries_failed(),
             "awaiting_transfer": list(billing_selectors.orders_awaiting_transfer()[:200]),
+            "claim_disputes": Dispute.objects.filter(
+                status=Dispute.Status.AWAITING_DECISION
+            ).count(),
             "now": timezone.now(),
         },
     )

@@ -2,7 +2,9 @@
 DELIVERY_ACCEPTANCE_DAYS: credited (a pro rata refund through billing's refund path, on the
 local Stripe emulator) or re-collected; the fleet's payable is reversed (carried as a deduction
 on its next payout when it was paid already); the delivery is versioned (v2 with its own
-manifest); every rejection is an audit row. Outside the window: a clear 409."""
+manifest); every rejection is an audit row. Outside the window: a clear 409.
+Since issue 28 a rejection is a claim: 3 of 6 episodes is beyond the allowance, so staff grant
+it after the fleet's time to answer (tests/billing/test_claims_money.py has the rest)."""
 
 import json
 from datetime import timedelta
@@ -25,7 +27,8 @@ from billing.models import (
 from billing.services.payables import order_fleet_payables
 from billing.services.payouts import payout_plan, payout_prepare, payout_submit
 from datasets.episode_format import episode_table, parquet_bytes
-from datasets.models import Delivery, Episode, EpisodeExclusion
+from datasets.models import Claim, Delivery, Dispute, Episode, EpisodeExclusion
+from datasets.services.disputes import dispute_decide
 from fleets.models import Job
 from marketplace.models import User
 from orders.models import Order
@@ -62,8 +65,19 @@ def delivered(paid_order, fleet_operator, customer, django_capture_on_commit_cal
 
 
 def reject(client, delivery, capture, **body):
+    """A claim on the episodes, then (beyond the allowance: a dispute) granted by staff."""
+    body.setdefault("remedy", "recollect")
     with capture(execute=True):
-        return client.post(f"/api/v1/deliveries/{delivery.id}/reject-episodes", body, format="json")
+        response = client.post(f"/api/v1/deliveries/{delivery.id}/claims", body, format="json")
+    if response.status_code != 201:
+        return response
+    (dispute,) = Dispute.objects.filter(claim_id=response.json()["id"])
+    Dispute.objects.filter(pk=dispute.pk).update(answer_due_at=dispute.created_at)
+    with capture(execute=True):
+        dispute_decide(
+            staff_label="staff:judge", dispute_id=dispute.id, decision="granted", note="checked"
+        )
+    return response
 
 
 @pytest.fixture
@@ -117,9 +131,8 @@ def test_three_rejected_episodes_are_credited_deducted_after_payout_and_versione
     )
     # then: audited, not re-collected, the order stays delivered
     assert response.status_code == 201, response.json()
-    body = response.json()
-    assert Decimal(body["seconds"]) == Decimal("36.000") and body["recollection_jobs"] == []
     rows = EpisodeExclusion.objects.filter(order=order)
+    assert sum(r.seconds for r in rows) == Decimal("36.000")
     assert sorted(str(r.episode_id) for r in rows) == sorted(chosen)
     assert {(r.scope, r.remedy, r.reason_code) for r in rows} == {
         ("acceptance", "credit", "wrong_task")
@@ -152,12 +165,13 @@ def test_three_rejected_episodes_are_credited_deducted_after_payout_and_versione
     for currency_total in _totals(balances(order_id=order.id)).values():
         assert currency_total == 0
     # versioned: v2 without the rejected episodes, its own prefix and manifest; v1 still works
-    v2 = Delivery.objects.get(pk=body["next_version"])
+    v2 = Delivery.objects.get(order=order, version=2)
     assert (v2.version, v2.previous_id, v2.status, v2.episodes) == (2, v1.id, "ready", 3)
     assert v2.prefix != v1.prefix and not set(chosen) & set(v2.episode_ids)
     manifest = json.loads(fetch(link(customer.client, v2.id)["Location"]))
     assert manifest["dataset_version"] == 2 and manifest["previous_delivery"] == str(v1.id)
-    assert link(customer.client, v1.id).status_code == 302
+    # v2 is ready: v1 issues no new links (issue 28)
+    assert link(customer.client, v1.id).status_code == 409
 
 
 def _totals(by_account: dict) -> dict:
@@ -205,14 +219,14 @@ def test_the_window_closes_and_hostile_requests_are_refused(
     delivered, customer, other_customer, fleet_operator, settings
 ):
     collection, _payment, v1 = delivered
-    url = f"/api/v1/deliveries/{v1.id}/reject-episodes"
-    body = {"episodes": v1.episode_ids[:1], "reason_code": "idle"}
+    url = f"/api/v1/deliveries/{v1.id}/claims"
+    body = {"episodes": v1.episode_ids[:1], "reason_code": "idle", "remedy": "recollect"}
     assert other_customer.client.post(url, body, format="json").status_code == 404
     assert fleet_operator.client.post(url, body, format="json").status_code == 403
     stranger = customer.client.post(
-        url, {"episodes": [str(collection.job.id)], "reason_code": "idle"}, format="json"
+        url, {**body, "episodes": [str(collection.job.id)]}, format="json"
     )
-    assert stranger.status_code == 400 and "episodes" in stranger.json()["fields"]
+    assert stranger.status_code == 400 and "items" in stranger.json()["fields"]
     listed = customer.client.get(f"/api/v1/deliveries/{v1.id}").json()
     assert listed["acceptance_until"].startswith(
         f"{(v1.ready_at + timedelta(days=settings.DELIVERY_ACCEPTANCE_DAYS)):%Y-%m-%d}"
@@ -223,7 +237,7 @@ def test_the_window_closes_and_hostile_requests_are_refused(
     closed = customer.client.post(url, body, format="json")
     assert closed.status_code == 409 and closed.json()["code"] == "acceptance_window_closed"
     assert "closed on" in closed.json()["message"]
-    assert EpisodeExclusion.objects.count() == 0
+    assert EpisodeExclusion.objects.count() == 0 and not Claim.objects.exists()
 
 
 def test_staff_credit_a_delivered_order_from_their_page_and_not_one_still_collecting(

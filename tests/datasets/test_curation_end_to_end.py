@@ -13,7 +13,8 @@ from billing.ledger import balances
 from billing.models import FleetPayable, LedgerAccount, PayableDeduction
 from billing.services.payables import order_earned
 from datasets.episode_format import episode_table, parquet_bytes
-from datasets.models import Delivery, Episode
+from datasets.models import Delivery, Dispute, Episode, EpisodeExclusion
+from datasets.services.disputes import dispute_decide
 from fleets.models import Job, Offer
 from orders.models import Order
 from tests.datasets.helpers import Collection, upload_episode
@@ -84,15 +85,28 @@ def test_a_bad_operator_is_flagged_excluded_recollected_unpaid_and_left_out_of_v
     assert "quality" in rows["op-bad"]["flags"], rows
     assert rows["op-a"]["flags"] == rows["op-b"]["flags"] == []
 
-    # 2. the customer excludes op-bad
+    # 2. the customer claims op-bad's delivered episodes (issue 28); a person judges the
+    # operator's habits: the fleet's time to answer passes, staff grant it
+    bad = Episode.objects.filter(order=order, operator="op-bad").values_list("id", flat=True)
     with capture(execute=True):
-        excluded = customer.client.post(
-            f"/api/v1/orders/{order.id}/exclusions",
-            {"operator": "op-bad", "reason_code": "operator_habits", "note": "idle starts"},
+        claimed = customer.client.post(
+            f"/api/v1/deliveries/{v1.id}/claims",
+            {
+                "remedy": "recollect",
+                "note": "idle starts",
+                "items": [{"episode": str(e), "reason_code": "operator_habits"} for e in bad],
+            },
             format="json",
         )
-    assert excluded.status_code == 201, excluded.json()
-    assert Decimal(excluded.json()["seconds"]) == Decimal("36.000")
+    assert claimed.status_code == 201, claimed.json()
+    (dispute,) = Dispute.objects.filter(claim_id=claimed.json()["id"])
+    Dispute.objects.filter(pk=dispute.pk).update(answer_due_at=dispute.created_at)
+    with capture(execute=True):
+        dispute_decide(
+            staff_label="staff:ops", dispute_id=dispute.id, decision="granted", note="idle starts"
+        )
+    excluded = EpisodeExclusion.objects.filter(order=order)
+    assert sum(e.seconds for e in excluded) == Decimal("36.000")
     order.refresh_from_db()
     assert order.status == Order.Status.IN_COLLECTION and order.accepted_seconds == 36
     payable.refresh_from_db()
@@ -118,7 +132,7 @@ def test_a_bad_operator_is_flagged_excluded_recollected_unpaid_and_left_out_of_v
     assert sorted(kept.values_list("operator", flat=True)) == ["op-a", "op-b", "op-new", "op-new"]
     manifest = json.loads(fetch(link(customer.client, v2.id)["Location"]))
     assert manifest["dataset_version"] == 2
-    assert link(customer.client, v1.id).status_code == 302  # v1 stays until revoked
+    assert link(customer.client, v1.id).status_code == 409  # replaced by v2, which is ready
 
     # 5. the fleet is paid only for the kept episodes: 36 s on each job, at the agreed rate
     payables = FleetPayable.objects.filter(order=order).order_by("job__sequence")

@@ -41,7 +41,7 @@ def _new_version(client, order, capture, **body):
         return client.post(f"/api/v1/orders/{order.id}/deliveries", body, format="json")
 
 
-def test_a_filtered_version_has_its_own_prefix_manifest_and_the_old_links_keep_working(
+def test_a_filtered_version_has_its_own_prefix_manifest_and_replaces_the_old_one(
     two_operators, customer, django_capture_on_commit_callbacks
 ):
     collection, v1 = two_operators
@@ -64,8 +64,10 @@ def test_a_filtered_version_has_its_own_prefix_manifest_and_the_old_links_keep_w
     manifest = _manifest(customer.client, v2.id)
     assert manifest["dataset_version"] == 2 and manifest["previous_delivery"] == str(v1.id)
     assert manifest["filters"] == {"exclude_operators": ["op-a"]}
-    old = _manifest(customer.client, v1.id)  # v1's links keep working
-    assert old["dataset_version"] == 1 and old["files"] != manifest["files"]
+    # v2 is ready: v1 issues no new links (issue 28), and says which version replaces it
+    old = link(customer.client, v1.id)
+    assert old.status_code == 409 and old.json()["code"] == "delivery_superseded"
+    assert old.json()["fields"]["delivery"] == [str(v2.id)]
     # the API lists the latest by default, every version on request
     base = f"/api/v1/orders/{collection.order.id}/deliveries"
     latest = customer.client.get(base).json()["results"]

@@ -1,5 +1,7 @@
 """Excluding accepted episodes (issue 16, item 3): not counted, re-collected, not paid, audited;
-the hostile cases (twice, another order's episode, a fleet, re-sending the same file)."""
+the hostile cases (twice, another order's episode, a fleet, re-sending the same file).
+Since issue 28 a customer excludes only undelivered episodes (delivered ones are claimed:
+tests/datasets/test_claims.py): the exclusions of a delivered order here are staff's."""
 
 from decimal import Decimal
 
@@ -28,6 +30,11 @@ def exclude(client, order, capture=None, **body):
         return client.post(url, body, format="json")
 
 
+def staff_exclude(order, capture, **kwargs):
+    with capture(execute=True):
+        return episodes_exclude(order_id=order.id, staff_label="staff:ops", **kwargs)
+
+
 def assign(job: Job, collection: Collection) -> Job:
     """What dispatch leaves when the fleet accepts the re-collection job."""
     job.status, job.fleet, job.site = Job.Status.ASSIGNED, collection.site.fleet, collection.site
@@ -53,8 +60,7 @@ def test_excluding_an_operator_uncounts_recollects_reverses_the_payable_and_is_a
     assert payable.accepted_seconds == Decimal("36.000") and payable.payout_id is None
     paid_before = payable.amount
     # when
-    response = exclude(
-        customer.client,
+    result = staff_exclude(
         order,
         django_capture_on_commit_callbacks,
         operator="op-a",
@@ -62,18 +68,16 @@ def test_excluding_an_operator_uncounts_recollects_reverses_the_payable_and_is_a
         note="stands still",
     )
     # then
-    assert response.status_code == 201, response.json()
-    body = response.json()
-    assert [e["operator"] for e in body["excluded"]] == ["op-a"]
-    assert Decimal(body["seconds"]) == Decimal("16.000")  # 36 counted, op-b's 20 s stay
-    assert body["excluded"][0]["actor"].startswith("api_key:")
+    assert [e.operator for e in result.excluded] == ["op-a"]
+    assert result.seconds == Decimal("16.000")  # 36 counted, op-b's 20 s stay
+    assert result.excluded[0].actor_label == "staff:ops"
     assert Episode.objects.get(order=order, operator="op-a").status == Episode.Status.EXCLUDED
     job.refresh_from_db()
     order.refresh_from_db()
     assert job.accepted_seconds == Decimal("20.000") == order.accepted_seconds
     assert order.status == Order.Status.IN_COLLECTION
     (extra,) = Job.objects.filter(order=order).exclude(pk=job.pk)
-    assert str(extra.id) in body["recollection_jobs"]
+    assert extra in result.recollection_jobs
     assert extra.target_hours == Decimal("0.01") and extra.status != Job.Status.COMPLETED
     v1.refresh_from_db()
     assert v1.superseded_at is not None
@@ -96,41 +100,43 @@ def test_excluding_an_operator_uncounts_recollects_reverses_the_payable_and_is_a
 
 def test_excluding_twice_counts_once(
     two_operators,  # noqa: F811
-    customer,
     django_capture_on_commit_callbacks,
 ):
     collection, _ = two_operators
     episode = Episode.objects.get(order=collection.order, operator="op-b")
-    first = exclude(
-        customer.client,
-        collection.order,
-        django_capture_on_commit_callbacks,
-        episodes=[str(episode.id)],
-        reason_code="jerky",
-    )
-    assert first.status_code == 201
-    again = exclude(
-        customer.client,
-        collection.order,
-        django_capture_on_commit_callbacks,
-        episodes=[str(episode.id)],
-        reason_code="jerky",
-    )
-    assert again.status_code == 201 and again.json()["already_excluded"] == 1
-    assert again.json()["excluded"] == [] and again.json()["seconds"] == "0"
+    capture = django_capture_on_commit_callbacks
+    first = staff_exclude(collection.order, capture, episode_ids=[episode.id], reason_code="jerky")
+    assert len(first.excluded) == 1
+    again = staff_exclude(collection.order, capture, episode_ids=[episode.id], reason_code="jerky")
+    assert again.already == 1 and again.excluded == [] and again.seconds == 0
     collection.job.refresh_from_db()
     assert collection.job.accepted_seconds == Decimal("20.000")
     assert EpisodeExclusion.objects.count() == PayableDeduction.objects.count() == 1
     assert Job.objects.filter(order=collection.order).count() == 2
 
 
+@pytest.fixture
+def collecting(fleet_operator, customer, django_capture_on_commit_callbacks):
+    """A 1 h order still in collection with two accepted 20 s episodes (op-a, op-b)."""
+    collection = Collection(fleet_operator, customer, target_hours="0.1")
+    for seed, operator in ((11, "op-a"), (12, "op-b")):
+        upload_episode(
+            collection,
+            parquet_bytes(episode_table(frames=600, seed=seed)),
+            django_capture_on_commit_callbacks,
+            operator=operator,
+        )
+    return collection
+
+
 def test_hostile_callers_and_bad_requests(
+    collecting,
     two_operators,  # noqa: F811
     customer,
     other_customer,
     fleet_operator,
 ):
-    collection, _ = two_operators
+    collection = collecting
     episode = Episode.objects.get(order=collection.order, operator="op-b")
     elsewhere = checked(
         Collection(fleet_operator, other_customer), "op-b", accepted=True, quality=0.9
@@ -154,6 +160,11 @@ def test_hostile_callers_and_bad_requests(
         customer.client, collection.order, operator="op-b", reason_code="idle", note="\x00"
     )
     assert nul.status_code == 400
+    # a delivered order's episodes are claimed, not excluded (issue 28)
+    delivered, _ = two_operators
+    shown = Episode.objects.filter(order=delivered.order).first()
+    late = exclude(customer.client, delivered.order, episodes=[str(shown.id)], reason_code="idle")
+    assert late.status_code == 409 and late.json()["code"] == "episode_delivered"
     assert EpisodeExclusion.objects.count() == 0
     assert Episode.objects.get(pk=episode.id).status == Episode.Status.ACCEPTED
 
@@ -165,12 +176,8 @@ def test_an_excluded_file_sent_again_is_refused_and_never_paid(
 ):
     collection, _ = two_operators
     original = Episode.objects.get(order=collection.order, operator="op-a")
-    exclude(
-        customer.client,
-        collection.order,
-        django_capture_on_commit_callbacks,
-        operator="op-a",
-        reason_code="idle",
+    staff_exclude(
+        collection.order, django_capture_on_commit_callbacks, operator="op-a", reason_code="idle"
     )
     extra = Job.objects.filter(order=collection.order).exclude(pk=collection.job.pk).get()
     collection.job = assign(extra, collection)
@@ -293,14 +300,10 @@ def test_a_recollection_collects_and_pays_exactly_the_excluded_seconds(
     """16 s excluded: the new job plans 0.01 h (36 s) of capacity but counts and pays 16 s."""
     collection, _ = two_operators
     order = collection.order
-    response = exclude(
-        customer.client,
-        order,
-        django_capture_on_commit_callbacks,
-        operator="op-a",
-        reason_code="idle",
+    result = staff_exclude(
+        order, django_capture_on_commit_callbacks, operator="op-a", reason_code="idle"
     )
-    assert response.status_code == 201 and Decimal(response.json()["seconds"]) == Decimal("16")
+    assert result.seconds == Decimal("16")
     (extra,) = Job.objects.filter(order=order).exclude(pk=collection.job.pk)
     assert extra.target_hours == Decimal("0.01") and extra.target_seconds == Decimal("16.000")
     assign(extra, collection)

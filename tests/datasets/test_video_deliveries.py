@@ -97,6 +97,13 @@ def test_a_camera_order_is_delivered_with_videos_names_and_sensor_features(
     ]
     listed = {f["path"] for f in manifest["files"]}
     assert {f"videos/{key}/chunk-000/file-000.mp4" for key in CAMERAS} <= listed
+    # each data and video file names the episodes it holds (no link once one is credited)
+    holds = dict(delivery.files.values_list("path", "episode_ids"))
+    for path in ["data/chunk-000/file-000.parquet"] + [
+        f"videos/{key}/chunk-000/file-000.mp4" for key in CAMERAS
+    ]:
+        assert holds[path] == delivery.episode_ids, path
+    assert holds["meta/info.json"] == []
     card = (root / "README.md").read_text()
     assert "| observation.images.scene | h264 | 64x48 | 30 | 1 |" in card
     assert "| observation.force\\_torque |" not in card  # "_" stays: no emphasis in words

@@ -17,7 +17,7 @@ import schemathesis
 from django.test import Client
 from django.utils import timezone
 
-from datasets.models import Delivery, DeliveryFile
+from datasets.models import Claim, ClaimItem, Delivery, DeliveryFile, Dispute
 from fleets.models import Offer
 from marketplace import services
 from marketplace.models import Organization
@@ -88,6 +88,26 @@ class World:
             ready_at=timezone.now(),
         )
         DeliveryFile.objects.create(delivery=delivery, path="manifest.json", size_bytes=10)
+        claim = Claim.objects.create(
+            order=collection.order,
+            delivery=delivery,
+            remedy=Claim.Remedy.CREDIT,
+            status=Claim.Status.DISPUTED,
+            actor_label="user:fuzz",
+        )
+        dispute = Dispute.objects.create(
+            claim=claim,
+            fleet=collection.site.fleet,
+            answer_due_at=timezone.now() + timedelta(days=5),
+        )
+        ClaimItem.objects.create(
+            claim=claim,
+            episode_id=registered.json()["id"],
+            dispute=dispute,
+            reason_code="wrong_task",
+            seconds=Decimal("1"),
+            status=ClaimItem.Status.DISPUTED,
+        )
         spare_key = services.api_key_create(
             organization=customer.organization, name="spare", created_by=customer.user
         ).api_key
@@ -119,6 +139,8 @@ class World:
             "robots": [collection.robot.id],
             "jobs": [collection.job.id, offered_job.id],
             "offers": [offer.id],
+            "claims": [claim.id],
+            "disputes": [dispute.id],
         }
         assert unpaid.status == Order.Status.AWAITING_PAYMENT
 

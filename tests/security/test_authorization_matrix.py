@@ -180,12 +180,19 @@ API = {
         CUSTOMER, "delivery", body={"paths": ["manifest.json"]}
     ),
     (f"{V1}/deliveries/{{id}}/revoke", "post"): Rule(CUSTOMER, "delivery", (OWNER,)),
-    (f"{V1}/deliveries/{{id}}/reject-episodes", "post"): Rule(
+    # claims (issue 28): credit is money, for owners and billing (the service decides)
+    (f"{V1}/deliveries/{{id}}/claims", "post"): Rule(
         CUSTOMER,
         "delivery",
-        CAN_WORK,
-        {"episodes": ["00000000-0000-0000-0000-000000000000"], "reason_code": "idle"},
+        (OWNER, BILLING),
+        {
+            "remedy": "credit",
+            "episodes": ["00000000-0000-0000-0000-000000000000"],
+            "reason_code": "idle",
+        },
     ),
+    (f"{V1}/orders/{{id}}/claims", "get"): Rule(CUSTOMER, "reviewed_order"),
+    (f"{V1}/claims/{{id}}", "get"): Rule(CUSTOMER, "claim"),
     (f"{V1}/deliveries/{{id}}/approve", "post"): Rule(CUSTOMER, "delivery", CAN_WORK, {}),
     (f"{V1}/deliveries/{{id}}/reject", "post"): Rule(
         CUSTOMER, "delivery", CAN_WORK, {"reason": "not what we asked for"}
@@ -253,6 +260,12 @@ API = {
     (f"{V1}/fleet/episodes/{{id}}", "get"): Rule(FLEET, "episode"),
     (f"{V1}/fleet/episodes/{{id}}/upload", "post"): Rule(FLEET, "episode", CAN_WORK),
     (f"{V1}/fleet/episodes/{{id}}/complete", "post"): Rule(FLEET, "episode", CAN_WORK, {}),
+    # disputes over the fleet's delivered episodes (issue 28): read by all, answered by workers
+    (f"{V1}/fleet/disputes", "get"): Rule(FLEET),
+    (f"{V1}/fleet/disputes/{{id}}", "get"): Rule(FLEET, "dispute"),
+    (f"{V1}/fleet/disputes/{{id}}/answer", "post"): Rule(
+        FLEET, "dispute", CAN_WORK, {"answer": "The episodes show the task."}
+    ),
 }
 
 # What a caller should get: an answer, a 404, a 401/403 (not signed in), a 403/404 (refused).
@@ -389,7 +402,8 @@ class Page:
 
     @property
     def owner_kind(self) -> str:
-        return CUSTOMER if self.audience == PUBLIC else self.audience
+        # a staff page about an object: a fleet's (the disputes)
+        return {PUBLIC: CUSTOMER, STAFF_ONLY: FLEET}.get(self.audience, self.audience)
 
 
 ORDERING_PAGES = {"order-new", "order-new-quote", "order-cancel-page", "order-exclusions-page"}
@@ -434,6 +448,10 @@ PAGES |= {
     # the staff console: is_staff users only
     "staff-attention": Page(STAFF_ONLY),
     "staff-dispatch": Page(STAFF_ONLY),
+    "staff-disputes": Page(STAFF_ONLY),
+    "staff-dispute-page": Page(STAFF_ONLY, "dispute"),
+    # a dispute over the fleet's episodes: read by every role, answered by owners and members
+    "fleet-dispute-page": Page(FLEET, "dispute"),
 }
 # logout is a POST that only ends the session; probes and the Stripe webhook have own tests
 NOT_WALKED = {"logout", "healthz", "readyz", "stripe-webhook", "admin"}

@@ -16,7 +16,7 @@ from psycopg import sql
 from rest_framework.test import APIClient
 
 from billing.models import Payment
-from datasets.models import Delivery, DeliveryFile, Episode
+from datasets.models import Claim, ClaimItem, Delivery, DeliveryFile, Dispute, Episode
 from fleets.models import Job, JobEvent, Operator, WebhookDelivery
 from marketplace import services as account_services
 from marketplace.models import Membership, Organization
@@ -180,10 +180,37 @@ def _fleet_objects(tenant: Tenant, customer: Tenant) -> None:
         webhook_delivery=webhook.id,
         operator=operator.id,
     )
+    dispute = _claim_and_dispute(customer, order, episode, fleet)
+    tenant.objects["dispute"] = dispute.id
+    customer.may_see |= {str(dispute.id)}  # the customer's claim names its disputes
     # The fleet sees the customer order id on the jobs it holds or is offered.
     tenant.may_see |= {str(order.id), str(offered.order_id)}
     customer.may_see |= {str(site.id)}  # coverage names the environment (site)
     customer.may_see |= {str(episode.id)}  # the order's episodes list (issue 16)
+
+
+def _claim_and_dispute(customer: Tenant, order: Order, episode: Episode, fleet) -> Dispute:
+    """The customer's claim on the fleet's episode (issue 28), in dispute with the fleet."""
+    claim = Claim.objects.create(
+        order=order,
+        delivery_id=customer.objects["delivery"],
+        remedy=Claim.Remedy.CREDIT,
+        status=Claim.Status.DISPUTED,
+        actor_label="user:matrix",
+    )
+    dispute = Dispute.objects.create(
+        claim=claim, fleet=fleet, answer_due_at=timezone.now() + timedelta(days=5)
+    )
+    ClaimItem.objects.create(
+        claim=claim,
+        episode=episode,
+        dispute=dispute,
+        reason_code="wrong_task",
+        seconds=Decimal("10"),
+        status=ClaimItem.Status.DISPUTED,
+    )
+    customer.objects["claim"] = claim.id
+    return dispute
 
 
 def _open_job(customer: Tenant) -> Job:

@@ -1,11 +1,13 @@
 """The customer's exclusion page: operators with their flags, a confirmed exclusion (asked
-again on a page of its own), the audit list; a delivered order's episodes are rejected in the
-acceptance window, re-collected or credited; another organization's order is a 404."""
+again on a page of its own), the audit list; a delivered order's episodes are claimed in the
+acceptance window (issue 28: re-checked, disputed, decided by staff; the claim's state and the
+decision shown); another organization's order is a 404."""
 
 import pytest
 from django.test import Client
 
-from datasets.models import Delivery, Episode, EpisodeExclusion
+from datasets.models import Claim, Delivery, Dispute, Episode, EpisodeExclusion
+from datasets.services.disputes import dispute_decide
 from marketplace.models import User
 from tests.datasets.test_deliveries import pilot  # noqa: F401 (fixture)
 from tests.datasets.test_delivery_versions import two_operators  # noqa: F401 (fixture)
@@ -13,7 +15,7 @@ from tests.datasets.test_delivery_versions import two_operators  # noqa: F401 (f
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("s3", "eager_celery")]
 
 
-def test_the_page_asks_again_then_rejects_delivered_episodes_with_credit(
+def test_the_page_asks_again_then_claims_delivered_episodes_decided_by_staff(
     two_operators,  # noqa: F811
     customer,
     other_customer,
@@ -24,16 +26,31 @@ def test_the_page_asks_again_then_rejects_delivered_episodes_with_credit(
     browser = customer.session_client()
     page = browser.get(url).content.decode()
     assert 'data-operator="op-a"' in page and 'id="acceptance-window"' in page
-    assert 'id="exclusions-empty"' in page
+    assert 'id="exclusions-empty"' in page and 'id="rejection-allowance"' in page
     body = {"operator": "op-a", "reason_code": "jerky", "note": "shaky", "remedy": "credit"}
     # the first POST only asks again
     asked = browser.post(url, body).content.decode()
     assert 'id="confirm-page"' in asked and "operator op-a" in asked
-    assert EpisodeExclusion.objects.count() == 0
-    # confirmed: rejected, credited, and a v2 without op-a
+    assert "Claim these episodes?" in asked
+    assert not Claim.objects.exists()
+    # confirmed: a claim, re-checked; not confirmed, so a dispute: nothing excluded yet
     with django_capture_on_commit_callbacks(execute=True):
         done = browser.post(url, {**body, "confirmed": "yes"})
     assert done.status_code == 302
+    claim = Claim.objects.get()
+    (item,) = claim.items.all()
+    assert (item.reason_code, item.note, item.status) == ("jerky", "", "disputed")
+    assert claim.note == "shaky" and not EpisodeExclusion.objects.exists()
+    listed = browser.get(url).content.decode()
+    assert f'data-claim="{claim.id}" data-status="disputed"' in listed
+    assert "The fleet may answer until" in listed
+    # staff grant it: credited, a v2 without op-a, and the page says so
+    dispute = claim.disputes.get()
+    Dispute.objects.filter(pk=dispute.pk).update(answer_due_at=dispute.created_at)
+    with django_capture_on_commit_callbacks(execute=True):
+        dispute_decide(
+            staff_label="staff:judge", dispute_id=dispute.id, decision="granted", note="shaky"
+        )
     (row,) = EpisodeExclusion.objects.all()
     assert (row.operator, row.scope, row.remedy, row.note) == (
         "op-a",
@@ -46,6 +63,7 @@ def test_the_page_asks_again_then_rejects_delivered_episodes_with_credit(
     assert v2.status == Delivery.Status.READY and v2.episodes == 1
     listed = browser.get(url).content.decode()
     assert f'data-episode="{row.episode_id}"' in listed and "The motion is jerky" in listed
+    assert 'class="dispute-decision">granted<' in listed
     assert other_customer.session_client().get(url).status_code == 404
     assert (
         other_customer.session_client().post(url, {**body, "confirmed": "yes"}).status_code == 404
@@ -64,7 +82,7 @@ def test_a_refused_exclusion_says_why(
         {"operator": "", "episodes": "", "reason_code": "idle", "confirmed": "yes"},
         follow=True,
     )
-    assert "Name the delivered episodes to reject" in response.content.decode()
+    assert "Name 1 to 1000 delivered episodes" in response.content.decode()
     assert EpisodeExclusion.objects.count() == 0
 
 

@@ -64,6 +64,7 @@ FLEET_PAGES = {
     "job-detail-page": "job",
     "job-collect-page": "job",
     "fleet-earnings-page": None,  # billing: earnings and payouts
+    "fleet-disputes-page": None,  # disputes over the fleet's delivered episodes (issue 28)
 }
 FLEET_POST_ONLY = {"offer-accept-page": "offer", "offer-decline-page": "offer"}
 # logout is a POST action; probes and the Stripe webhook have their own tests; others not ours
@@ -96,6 +97,10 @@ NOT_PAGES = {
     "staff-flag-resolve",
     "staff-bank-transfer",
     "staff-order-exclusions-page",  # tests/web/test_exclusion_page.py
+    # disputes (issue 28): tests/web/test_dispute_pages.py and the authorization matrix
+    "fleet-dispute-page",
+    "staff-disputes",
+    "staff-dispute-page",
 }
 
 
