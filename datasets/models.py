@@ -14,6 +14,7 @@ from datasets.claim_models import (  # noqa: F401 (models of this app)
     Recollection,
     Remedy,
 )
+from datasets.duplicate_models import EpisodeFingerprint, EpisodeTrajectory  # noqa: F401
 from fleets.models import Fleet, Job, Operator, Robot, Site
 from marketplace.audit import AppendOnlyModel, actor_label
 from orders.models import Order
@@ -87,6 +88,11 @@ class Episode(models.Model):
     qa_measurements = models.JSONField(default=dict, blank=True)
     content_fingerprint = models.CharField(max_length=32, blank=True)
     content_fingerprint_alt = models.CharField(max_length=32, blank=True)
+    # Rejected `near_duplicate`: the accepted episode it repeats (shown to staff only: it may
+    # be another fleet's or customer's).
+    near_duplicate_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     uploaded_at = models.DateTimeField(null=True, blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)

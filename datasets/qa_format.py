@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datasets.qa_content import ContentReason, ContentThresholds, check_content
+from datasets.qa_duplicates import trajectory_signature
 
 STATE, ACTION, TIMESTAMP, FRAME_INDEX = "observation.state", "action", "timestamp", "frame_index"
 QA_COLUMNS = (STATE, ACTION, TIMESTAMP, FRAME_INDEX)
@@ -165,6 +166,7 @@ class QAResult:
     measurements: dict = field(default_factory=dict)
     quality_score: float | None = None
     fingerprints: tuple = ("", "")
+    signature: object = None  # datasets.qa_duplicates.Signature of a passing trajectory
 
     @property
     def passed(self) -> bool:
@@ -239,6 +241,8 @@ def _check_content(scan: "_Scan", expected: EpisodeExpectation, result: QAResult
     result.measurements = report.measurements
     result.quality_score = report.quality_score
     result.fingerprints = report.fingerprints
+    if result.passed:
+        result.signature = trajectory_signature(state, expected.fps)
 
 
 def _joined(parts: list) -> np.ndarray:

@@ -23,6 +23,7 @@ from datasets.qa_checks import EpisodeExpectation, QAResult, Reason
 from datasets.qa_content import ContentThresholds
 from datasets.qa_sandbox import StoredVideo, check_stored_episode_bounded
 from datasets.services.delivery_versions import delivery_start
+from datasets.services.duplicates import lock_signatures, near_duplicate, record_signature
 from datasets.services.episode_files import video_stored_key
 from datasets.services.episodes import WORKING_JOB_STATES, stored_key_for
 from fleets.models import Job
@@ -205,6 +206,8 @@ def episode_record_qa(
         episode.status = Episode.Status.ACCEPTED
         episode.duration_seconds = result.duration_seconds
         episode.save()
+        if result.signature is not None:
+            record_signature(episode, result.signature)
         _accrue(episode, order=order, job=job)
     return episode
 
@@ -229,30 +232,9 @@ def _record_content(episode: Episode, result: QAResult) -> None:
     episode.parts_sha256 = result.parts_sha256
 
 
-# A file or trajectory counts once per order: accepted, or accepted then excluded (an excluded
-# episode sent again is not paid again).
+# A file counts once per order: accepted, or accepted then excluded (an excluded episode sent
+# again is not paid again). A trajectory counts once on the platform (services/duplicates.py).
 COUNTED_ONCE = (Episode.Status.ACCEPTED, Episode.Status.EXCLUDED)
-
-
-def near_duplicate_of(episode: Episode) -> Episode | None:
-    """An accepted episode with the same trajectory fingerprint (either grid): in the order
-    first, then (EPISODE_QA_PLATFORM_DUPLICATES) anywhere; two indexed equality lookups."""
-    if not episode.content_fingerprint:
-        return None
-    same = Q(content_fingerprint=episode.content_fingerprint) | Q(
-        content_fingerprint_alt=episode.content_fingerprint_alt
-    )
-    accepted = Episode.objects.filter(same, status=Episode.Status.ACCEPTED).exclude(pk=episode.pk)
-    found = accepted.filter(order_id=episode.order_id).only("id", "order_id").first()
-    if found is None:  # an excluded trajectory does not come back either
-        found = (
-            Episode.objects.filter(same, order_id=episode.order_id, status=Episode.Status.EXCLUDED)
-            .only("id", "order_id")
-            .first()
-        )
-    if found is None and settings.EPISODE_QA_PLATFORM_DUPLICATES:
-        found = accepted.only("id", "order_id").first()
-    return found
 
 
 def _same_file(episode: Episode) -> Q:
@@ -261,6 +243,14 @@ def _same_file(episode: Episode) -> Q:
     the part size is fixed by the platform, so the same bytes always have the same parts)."""
     same = Q(sha256=episode.sha256)
     return same | Q(parts_sha256=episode.parts_sha256) if episode.parts_sha256 else same
+
+
+def _near_duplicate(episode: Episode, result: QAResult) -> Episode | None:
+    """Lock, then look up (the lock is held until the decision commits, with the keys)."""
+    if result.signature is None:
+        return None
+    lock_signatures(result.signature.dim)
+    return near_duplicate(episode, result.signature)
 
 
 def _refuse_if_not_countable(*, episode: Episode, job: Job, result: QAResult) -> None:
@@ -276,17 +266,13 @@ def _refuse_if_not_countable(*, episode: Episode, job: Job, result: QAResult) ->
         .exists()
     ):
         result.fail(Reason.DUPLICATE, "The same file was already accepted in this order.")
-    elif (twin := near_duplicate_of(episode)) is not None:
-        # Another order's episode is not named: it may be another fleet's or customer's.
-        where = (
-            f"in this order (episode {twin.id})"
-            if twin.order_id == episode.order_id
-            else "in another order on the platform"
-        )
+    elif (twin := _near_duplicate(episode, result)) is not None:
+        # Named to staff only (near_duplicate_of): it may be another fleet's or customer's.
+        episode.near_duplicate_of_id = twin.id
         result.fail(
             Reason.NEAR_DUPLICATE,
-            f"The same trajectory was already accepted {where}: a re-submitted demonstration"
-            " does not count again.",
+            "The same trajectory (or a part of it, shifted, cut or resampled) was already"
+            " accepted: a re-submitted demonstration does not count again.",
         )
     elif job.accepted_seconds >= job.target_seconds:
         result.fail(

@@ -373,12 +373,15 @@ def test_real_qa_refuses_a_resubmitted_trajectory_in_the_order_and_on_the_platfo
     twin = upload_episode(collection, data, capture)
     assert twin.status == Episode.Status.REJECTED
     assert [f["code"] for f in twin.qa_failures] == [Reason.NEAR_DUPLICATE]
-    assert str(first.id) in twin.qa_failures[0]["message"]
+    # named to staff only (the fleet's API and pages show the message, not the match)
+    assert twin.near_duplicate_of_id == first.id
+    assert str(first.id) not in twin.qa_failures[0]["message"]
     # another customer's order: refused as well, without naming the other order's episode
     other = Collection(fleet_operator, customer, target_hours="0.1")
     elsewhere = upload_episode(other, data, capture)
     assert [f["code"] for f in elsewhere.qa_failures] == [Reason.NEAR_DUPLICATE]
     assert str(first.id) not in elsewhere.qa_failures[0]["message"]
+    assert elsewhere.near_duplicate_of_id == first.id
     # a different demonstration still counts
     fresh = upload_episode(other, parquet_bytes(episode_table(frames=600, seed=4)), capture)
     assert fresh.status == Episode.Status.ACCEPTED
