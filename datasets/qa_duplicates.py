@@ -15,7 +15,7 @@ resampling and small noise. Pure numpy; datasets/services/duplicates.py stores a
   any run of WINNOW shared keys shares a stored one); the keys looked up are all of the new
   episode's, each with the neighbouring gap bin too when a gap is within GAP_JITTER of a bin's
   edge. A landmark lost or added to noise breaks a few keys, not the episode's.
-- Confirmation (`matched_share`): a key shared is only a candidate. The new episode is cut
+- Confirmation (`repeats`): a key shared is only a candidate. The new episode is cut
   into SEGMENT_SECONDS segments; each is compared with the candidate's samples at every offset
   (OFFSET_STEP) within SEARCH_SECONDS of the keys' offset, the candidate's samples linearly
   interpolated; a segment matches when its RMS distance, per element in units of the element's
@@ -42,8 +42,9 @@ MAX_LOOKUP_KEYS = 8000  # more (a long episode): the winnowed keys are looked up
 SEGMENT_SECONDS = 3.0
 SEARCH_SECONDS = 1.0
 OFFSET_STEP = 0.02
-MATCH_DISTANCE = 0.15
+MATCH_DISTANCE = 0.06  # copies measured <= 0.03, re-performed motions >= 0.13
 DUPLICATE_SHARE = 0.5
+MIN_VOTES = 2  # keys a candidate must share (at one offset) to be aligned at all
 MOVING_SPREAD = 1e-3  # a segment whose elements all move less than this (units) is not judged
 
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -102,7 +103,8 @@ def resampled(state: np.ndarray, fps: int) -> np.ndarray:
 def landmarks(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every element's turning points: (times in samples, codes 2 x element + is-maximum),
     in time order."""
-    spread = np.percentile(samples, 95, axis=0) - np.percentile(samples, 5, axis=0)
+    low, high = np.percentile(samples, [5, 95], axis=0)
+    spread = high - low
     found_times, found_codes = [], []
     for element in range(samples.shape[1]):
         x = samples[:, element]
@@ -235,41 +237,63 @@ def candidate_offsets(
         if len(keys) > best.get(episode, (0, 0))[1]:
             best[episode] = (int(offset * bucket), len(keys))
     ranked = sorted(best.items(), key=lambda item: -item[1][1])
-    return [(episode, offset, count) for episode, (offset, count) in ranked]
+    return [(episode, offset, count) for episode, (offset, count) in ranked if count >= MIN_VOTES]
 
 
-def matched_share(new: np.ndarray, old: np.ndarray, offset: int) -> float:
-    """The share of the new samples' moving segments that match the old samples at an offset
-    within SEARCH_SECONDS of `offset` (samples); 0.0 when no segment moves."""
+def repeats(new: np.ndarray, old: np.ndarray, offset: int) -> bool:
+    """Whether at least DUPLICATE_SHARE of the new samples' moving segments match the old
+    samples at an offset within SEARCH_SECONDS of `offset` (samples); stops as soon as the
+    answer is known."""
     new, old = np.asarray(new, dtype=np.float64), np.asarray(old, dtype=np.float64)
     if new.shape[1] != old.shape[1] or len(old) < 2:
-        return 0.0
+        return False
     scale = np.maximum(new.std(axis=0), MOVING_SPREAD)
     length = min(len(new), round(SEGMENT_SECONDS * SAMPLE_HZ))
-    starts = range(0, len(new) - length + 1, length)
-    search = round(SEARCH_SECONDS / OFFSET_STEP)
-    shifts = offset + np.arange(-search, search + 1) * OFFSET_STEP * SAMPLE_HZ
-    moving = matched = 0
-    for start in starts:
-        segment = new[start : start + length]
-        if np.ptp(segment, axis=0).max() < MOVING_SPREAD:
-            continue
-        moving += 1
-        matched += _segment_distance(segment, start, old, shifts, scale) <= MATCH_DISTANCE
-    return matched / moving if moving else 0.0
+    count = len(new) // length
+    segments = new[: count * length].reshape(count, length, -1)
+    moving = np.flatnonzero(np.ptp(segments, axis=1).max(axis=1) >= MOVING_SPREAD)
+    needed = int(np.ceil(DUPLICATE_SHARE * len(moving)))
+    matched = failed = 0
+    for number in moving:
+        if (
+            _segment_distance(segments[number], number * length, old, offset, scale)
+            <= MATCH_DISTANCE
+        ):
+            matched += 1
+        else:
+            failed += 1
+        if matched >= needed or failed > len(moving) - needed:
+            break
+    return bool(len(moving)) and matched >= needed
 
 
-def _segment_distance(segment, start, old, shifts, scale) -> float:
+def _segment_distance(segment, start, old, offset, scale) -> float:
     """The smallest RMS distance (in units of `scale`) between the segment and the old samples
-    at start + shift, over the shifts that keep it within the old episode."""
+    at start + a shift within SEARCH_SECONDS of offset: every whole sample first, then around
+    the best in OFFSET_STEP steps (the old samples linearly interpolated)."""
+    reach = round(SEARCH_SECONDS * SAMPLE_HZ)
+    coarse = offset + np.arange(-reach, reach + 1, dtype=np.float64)
+    best, at = _distances(segment, start, old, coarse, scale)
+    if at is None:
+        return np.inf
+    fine = at + np.arange(-1, 1 + 1e-9, OFFSET_STEP * SAMPLE_HZ)
+    finer, _ = _distances(segment, start, old, fine, scale)
+    return min(best, finer)
+
+
+def _distances(segment, start, old, shifts, scale) -> tuple[float, float | None]:
+    """The smallest distance over the shifts that keep the segment within the old episode,
+    and its shift (None when none does)."""
     at = start + np.arange(len(segment))[None, :] + shifts[:, None]  # shifts x length
     inside = (at[:, 0] >= 0) & (at[:, -1] <= len(old) - 1)
     if not inside.any():
-        return np.inf
-    at = at[inside]
+        return np.inf, None
+    at, shifts = at[inside], shifts[inside]
     low = np.floor(at).astype(np.intp)
     high = np.minimum(low + 1, len(old) - 1)
     weight = (at - low)[..., None]
     interpolated = old[low] * (1 - weight) + old[high] * weight  # shifts x length x D
     difference = (interpolated - segment[None]) / scale
-    return float(np.sqrt(np.einsum("slk,slk->s", difference, difference).min() / segment.size))
+    squares = np.einsum("slk,slk->s", difference, difference)
+    best = int(squares.argmin())
+    return float(np.sqrt(squares[best] / segment.size)), float(shifts[best])

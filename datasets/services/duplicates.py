@@ -15,11 +15,10 @@ from django.db import connection
 
 from datasets.models import Episode, EpisodeFingerprint, EpisodeTrajectory
 from datasets.qa_duplicates import (
-    DUPLICATE_SHARE,
     VERSION,
     Signature,
     candidate_offsets,
-    matched_share,
+    repeats,
 )
 
 LOCK_CLASS = 28_005  # pg_advisory_xact_lock(class, dim): this lock's namespace
@@ -53,7 +52,7 @@ def near_duplicate(episode: Episode, signature: Signature) -> Episode | None:
         if stored is None:
             continue
         old = np.frombuffer(bytes(stored.samples), dtype=np.float32).reshape(-1, stored.dim)
-        if matched_share(signature.samples, old, offset) >= DUPLICATE_SHARE:
+        if repeats(signature.samples, old, offset):
             return Episode.objects.only("id", "order_id").get(pk=candidate)
     return None
 
