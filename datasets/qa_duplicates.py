@@ -21,7 +21,8 @@ resampling and small noise. Pure numpy; datasets/services/duplicates.py stores a
   interpolated; a segment matches when its RMS distance, per element in units of the element's
   spread in the new episode, is at most MATCH_DISTANCE. Segments align on their own, so frames
   dropped here and there (a drifting clock) still match. A duplicate is an episode whose
-  matched segments are at least DUPLICATE_SHARE of its segments that move.
+  matched segments are at least DUPLICATE_SHARE of its segments that move (of at most
+  MAX_SEGMENTS of them, evenly spread, in a long episode).
 """
 
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ OFFSET_STEP = 0.02
 MATCH_DISTANCE = 0.06  # copies measured <= 0.03, re-performed motions >= 0.13
 DUPLICATE_SHARE = 0.5
 MIN_VOTES = 2  # keys a candidate must share (at one offset) to be aligned at all
+MAX_SEGMENTS = 40  # judged at most (evenly spread): the decision's time stays bounded
 MOVING_SPREAD = 1e-3  # a segment whose elements all move less than this (units) is not judged
 
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -75,7 +77,8 @@ def trajectory_signature(state: np.ndarray, fps: int) -> Signature:
     chosen = _winnowed(keys)
     lookup, lookup_times = _keys(triples, dim, exact=False)
     if len(lookup) > MAX_LOOKUP_KEYS:
-        subset = tuple(part[chosen] for part in triples)
+        times, codes, *landmark_indexes = triples
+        subset = (times, codes, *(indexes[chosen] for indexes in landmark_indexes))
         lookup, lookup_times = _keys(subset, dim, exact=False)
     return Signature(
         samples=samples.astype(np.float32),
@@ -252,6 +255,10 @@ def repeats(new: np.ndarray, old: np.ndarray, offset: int) -> bool:
     count = len(new) // length
     segments = new[: count * length].reshape(count, length, -1)
     moving = np.flatnonzero(np.ptp(segments, axis=1).max(axis=1) >= MOVING_SPREAD)
+    if len(moving) > MAX_SEGMENTS:  # a long episode: judged on segments spread over it
+        moving = moving[
+            np.unique(np.linspace(0, len(moving) - 1, MAX_SEGMENTS).round().astype(int))
+        ]
     needed = int(np.ceil(DUPLICATE_SHARE * len(moving)))
     matched = failed = 0
     for number in moving:

@@ -88,6 +88,16 @@ def test_each_kind_of_copy_is_found_by_its_keys_and_confirmed_by_alignment(varia
         assert found(signature_of(copy, fps), signature_of(columns)), (variant, seed)
 
 
+def test_a_long_episode_looks_up_its_winnowed_keys_and_is_still_found(monkeypatch):
+    columns = episode_table(frames=900, seed=8)
+    whole = signature_of(columns)
+    assert len(whole.lookup) > 100
+    monkeypatch.setattr("datasets.qa_duplicates.MAX_LOOKUP_KEYS", 100)  # as a long episode
+    shifted = signature_of(cut(columns, start=3))
+    assert len(shifted.lookup) < len(whole.lookup)
+    assert found(shifted, whole)
+
+
 def test_distinct_and_re_performed_demonstrations_are_not_duplicates():
     signatures = [signature_of(episode_table(frames=900, seed=seed)) for seed in range(40)]
     for number, one in enumerate(signatures):
