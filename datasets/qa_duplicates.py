@@ -6,7 +6,8 @@ resampling and small noise. Pure numpy; datasets/services/duplicates.py stores a
   SMOOTH_TAPS frames spread over SMOOTH_SECONDS (noise averages out, the cost is bounded
   whatever the frame rate). These samples (float32) are stored: the alignment check reads them.
 - Landmarks: each element's turning points (a maximum or minimum the element then leaves by
-  more than TURN_SHARE of its range: smaller wiggles and noise are no landmark), timed to a
+  more than LIMITS_TURN_SHARE of its range between the embodiment's limits, or without limits
+  TURN_SHARE of its own range: smaller wiggles and noise are no landmark), timed to a
   fraction of a sample (a parabola through three samples). Their times do not depend on where
   the episode starts, its frame rate or its sampling phase.
 - Keys: each landmark with two of the next FAN_OUT (within MAX_GAP_SECONDS), as
@@ -33,7 +34,8 @@ VERSION = 1
 SAMPLE_HZ = 10
 SMOOTH_SECONDS = 0.2
 SMOOTH_TAPS = 8
-TURN_SHARE = 0.1  # of the element's range (5th to 95th percentile of its samples)
+LIMITS_TURN_SHARE = 0.04  # of the element's range between the embodiment's limits
+TURN_SHARE = 0.1  # without limits: of the element's own range (5th to 95th percentile)
 FAN_OUT = 3
 MAX_GAP_SECONDS = 4.0
 GAP_STEP = 0.25  # s: the gaps' bins
@@ -67,10 +69,11 @@ class Signature:
         return int(self.samples.shape[1])
 
 
-def trajectory_signature(state: np.ndarray, fps: int) -> Signature:
-    """The signature of a finite (frames, D) state recorded at `fps`."""
+def trajectory_signature(state: np.ndarray, fps: int, limits=()) -> Signature:
+    """The signature of a finite (frames, D) state recorded at `fps`; `limits` the
+    embodiment's ((low, high), ...) per element, when it declares them."""
     samples = resampled(state, fps)
-    times, codes = landmarks(samples)
+    times, codes = landmarks(samples, limits)
     triples = _triples(times, codes)
     dim = samples.shape[1]
     keys, key_times = _keys(triples, dim, exact=True)
@@ -103,15 +106,20 @@ def resampled(state: np.ndarray, fps: int) -> np.ndarray:
     return out / SMOOTH_TAPS
 
 
-def landmarks(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def landmarks(samples: np.ndarray, limits=()) -> tuple[np.ndarray, np.ndarray]:
     """Every element's turning points: (times in samples, codes 2 x element + is-maximum),
-    in time order."""
-    low, high = np.percentile(samples, [5, 95], axis=0)
-    spread = high - low
+    in time order. The swing that makes one: a share of the element's range between the
+    embodiment's limits (the same for a crop as for the whole), else of its own 5-95 %."""
+    bounds = np.asarray(limits, dtype=np.float64).reshape(-1, 2)
+    if len(bounds) == samples.shape[1]:
+        swings = LIMITS_TURN_SHARE * (bounds[:, 1] - bounds[:, 0])
+    else:
+        low, high = np.percentile(samples, [5, 95], axis=0)
+        swings = TURN_SHARE * (high - low)
     found_times, found_codes = [], []
     for element in range(samples.shape[1]):
         x = samples[:, element]
-        for index, is_max in _turning_points(x, TURN_SHARE * spread[element]):
+        for index, is_max in _turning_points(x, swings[element]):
             found_times.append(index + _vertex(x, index))
             found_codes.append(2 * element + is_max)
     times = np.asarray(found_times, dtype=np.float64)

@@ -243,7 +243,7 @@ def _check_content(scan: "_Scan", expected: EpisodeExpectation, result: QAResult
     result.fingerprints = report.fingerprints
     # whatever the content checks found: the backfill stores an accepted episode's signature
     # even when today's thresholds would refuse it (QA stores only an accepted one's)
-    result.signature = trajectory_signature(state, expected.fps)
+    result.signature = trajectory_signature(state, expected.fps, expected.content.state_limits)
 
 
 def _joined(parts: list) -> np.ndarray:
