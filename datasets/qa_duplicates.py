@@ -7,11 +7,14 @@ resampling and small noise. Pure numpy; datasets/services/duplicates.py stores a
   whatever the frame rate). These samples (float32) are stored: the alignment check reads them.
 - Landmarks: each element's turning points (a maximum or minimum the element then leaves by
   more than LIMITS_TURN_SHARE of its range between the embodiment's limits, or without limits
-  TURN_SHARE of its own range: smaller wiggles and noise are no landmark), timed to a
-  fraction of a sample (a parabola through three samples). Their times do not depend on where
-  the episode starts, its frame rate or its sampling phase.
-- Keys: each landmark with two of the next FAN_OUT (within MAX_GAP_SECONDS), as
-  (element and kind of the three, the two gaps in GAP_STEP bins), hashed to 64 bits. The
+  TURN_SHARE of its own range: smaller wiggles and noise are no landmark), timed when the
+  element has left it by half that swing (on the slope, interpolated between two samples: a
+  flat turn or noise barely moves that time, as they move the extreme's). Their times do not
+  depend on where the episode starts, its frame rate or its sampling phase.
+- Keys: each landmark with two of the next FAN_OUT (within MAX_GAP_SECONDS), and each
+  element's three consecutive turning points (within twice that: elements turning together
+  swap places with noise, never within their own sequence), as (element and kind of the
+  three, the two gaps in GAP_STEP bins), hashed to 64 bits. The
   stored keys are winnowed (the smallest hash of every WINNOW consecutive ones, as MOSS does:
   any run of WINNOW shared keys shares a stored one); the keys looked up are all of the new
   episode's, each with the neighbouring gap bin too when a gap is within GAP_JITTER of a bin's
@@ -36,8 +39,9 @@ SMOOTH_SECONDS = 0.2
 SMOOTH_TAPS = 8
 LIMITS_TURN_SHARE = 0.04  # of the element's range between the embodiment's limits
 TURN_SHARE = 0.1  # without limits: of the element's own range (5th to 95th percentile)
+DEPARTURE_SAMPLES = 20 * SAMPLE_HZ  # how far after a turning point its departure is looked for
 FAN_OUT = 3
-MAX_GAP_SECONDS = 4.0
+MAX_GAP_SECONDS = 6.0
 GAP_STEP = 0.25  # s: the gaps' bins
 GAP_JITTER = 0.06  # s: a gap this close to a bin's edge is looked up in both bins
 WINNOW = 4
@@ -120,7 +124,7 @@ def landmarks(samples: np.ndarray, limits=()) -> tuple[np.ndarray, np.ndarray]:
     for element in range(samples.shape[1]):
         x = samples[:, element]
         for index, is_max in _turning_points(x, swings[element]):
-            found_times.append(index + _vertex(x, index))
+            found_times.append(_departure(x, index, is_max, swings[element] / 2))
             found_codes.append(2 * element + is_max)
     times = np.asarray(found_times, dtype=np.float64)
     codes = np.asarray(found_codes, dtype=np.int64)
@@ -130,7 +134,9 @@ def landmarks(samples: np.ndarray, limits=()) -> tuple[np.ndarray, np.ndarray]:
 
 def _turning_points(x: np.ndarray, swing: float) -> list[tuple[int, int]]:
     """The local extrema of x that x then leaves by at least `swing` (a zigzag over the
-    candidate extrema numpy finds: where the step's sign changes)."""
+    candidate extrema numpy finds: where the step's sign changes), after the first swing
+    (where the episode starts is no landmark: a crop starts anywhere; nor an extreme it
+    reaches by less than half a swing from there)."""
     if swing <= 0 or len(x) < 3:
         return []
     steps = np.sign(np.diff(x))
@@ -139,7 +145,8 @@ def _turning_points(x: np.ndarray, swing: float) -> list[tuple[int, int]]:
         return []
     signs = steps[moving]
     change = np.flatnonzero(signs[1:] != signs[:-1])
-    candidates = moving[change + 1]  # the sample where the direction changed
+    # the first sample, then each where the direction changed
+    candidates = np.r_[0, moving[change + 1]]
     values = x[candidates]
     found = []
     direction = 0  # +1: rising to a maximum, -1: falling to a minimum, 0: not known yet
@@ -152,7 +159,9 @@ def _turning_points(x: np.ndarray, swing: float) -> list[tuple[int, int]]:
             if values[high] - values[low] >= swing:
                 direction = 1 if high > low else -1
                 first, extreme = (low, high) if direction == 1 else (high, low)
-                found.append((int(candidates[first]), int(direction == -1)))
+                # the start is no turning point, nor one it barely passed (noise)
+                if first and abs(values[first] - values[0]) >= swing / 2:
+                    found.append((int(candidates[first]), int(direction == -1)))
         elif direction * (value - values[extreme]) > 0:
             extreme = position
         elif direction * (values[extreme] - value) >= swing:
@@ -161,15 +170,17 @@ def _turning_points(x: np.ndarray, swing: float) -> list[tuple[int, int]]:
     return found
 
 
-def _vertex(x: np.ndarray, index: int) -> float:
-    """Where the parabola through samples index - 1 .. index + 1 peaks, relative to index."""
-    if index <= 0 or index >= len(x) - 1:
-        return 0.0
-    left, middle, right = x[index - 1], x[index], x[index + 1]
-    curve = left - 2 * middle + right
-    if curve == 0:
-        return 0.0
-    return float(np.clip(0.5 * (left - right) / curve, -0.5, 0.5))
+def _departure(x: np.ndarray, index: int, is_max: int, distance: float) -> float:
+    """When x, leaving its turning point at `index`, is `distance` away from it (linearly
+    interpolated, in samples): on the slope, so noise and a flat turn barely move it."""
+    ahead = x[index : index + DEPARTURE_SAMPLES]
+    moved = (x[index] - ahead) if is_max else (ahead - x[index])
+    beyond = np.flatnonzero(moved >= distance)
+    if not len(beyond) or beyond[0] == 0:
+        return float(index)
+    after = int(beyond[0])
+    before = moved[after - 1]
+    return index + after - 1 + float((distance - before) / (moved[after] - before))
 
 
 def _triples(times: np.ndarray, codes: np.ndarray):
@@ -183,7 +194,20 @@ def _triples(times: np.ndarray, codes: np.ndarray):
     keep = third < count
     first, second, third = first[keep], second[keep], third[keep]
     keep = times[third] - times[first] <= MAX_GAP_SECONDS * SAMPLE_HZ
-    return times, codes, first[keep], second[keep], third[keep]
+    first, second, third = first[keep], second[keep], third[keep]
+    # and each element's own three consecutive turning points (within twice the gap): elements
+    # that turn together (a stop every joint makes) change places among the others with noise,
+    # never in their own sequence
+    by_element = np.lexsort((times, codes // 2))
+    same = (codes[by_element][2:] // 2 == codes[by_element][:-2] // 2) & (
+        times[by_element][2:] - times[by_element][:-2] <= 2 * MAX_GAP_SECONDS * SAMPLE_HZ
+    )
+    own = np.flatnonzero(same)
+    first = np.concatenate([first, by_element[own]])
+    second = np.concatenate([second, by_element[own + 1]])
+    third = np.concatenate([third, by_element[own + 2]])
+    order = np.argsort(first, kind="stable")
+    return times, codes, first[order], second[order], third[order]
 
 
 def _keys(triples, dim: int, *, exact: bool) -> tuple[np.ndarray, np.ndarray]:
