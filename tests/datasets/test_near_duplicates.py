@@ -9,6 +9,7 @@ import io
 import threading
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from django.core.management import call_command
 from django.db import connection
@@ -21,6 +22,7 @@ from datasets.qa_duplicates import candidate_offsets, repeats, trajectory_signat
 from datasets.services import qa as qa_service
 from datasets.services.exclusions import episodes_exclude
 from datasets.services.qa import episode_expectation, episode_record_qa
+from fleet_agent.episodes import make_episode
 from tests.datasets.helpers import Collection, put, upload_episode
 
 FPS = 30
@@ -86,6 +88,38 @@ def test_each_kind_of_copy_is_found_by_its_keys_and_confirmed_by_alignment(varia
         copy = cut(columns, **how)
         fps = how.get("fps", FPS)
         assert found(signature_of(copy, fps), signature_of(columns)), (variant, seed)
+
+
+FR3 = (
+    (-2.7437, 2.7437),
+    (-1.7837, 1.7837),
+    (-2.9007, 2.9007),
+    (-3.0421, -0.1518),
+    (-2.8065, 2.8065),
+    (0.5445, 4.5169),
+    (-3.0159, 3.0159),
+    (0.0, 0.08),
+)
+
+
+def agent_state(seed: int) -> np.ndarray:
+    """The reference fleet agent's motion: minimum-jerk moves between random waypoints, every
+    joint stopping at each (flat turns, all at once)."""
+    episode = make_episode(action_dim=8, seconds=30, seed=seed, state_limits=FR3)
+    table = pq.read_table(io.BytesIO(episode.data), columns=["observation.state"])
+    return np.array(table.column(0).to_pylist(), dtype=np.float32)
+
+
+def test_waypoint_motions_shifted_split_or_noisy_are_found_and_distinct_ones_are_not():
+    originals = [agent_state(seed) for seed in range(10)]
+    signatures = [trajectory_signature(state, FPS, FR3) for state in originals]
+    rng = np.random.default_rng(5)
+    for state, original in zip(originals, signatures, strict=True):
+        noisy = state + rng.normal(0, 1, state.shape) * 0.02 * state.std(axis=0)
+        for copy in (state[10:], state[: len(state) // 2], state[len(state) // 2 :], noisy):
+            assert found(trajectory_signature(copy.astype(np.float32), FPS, FR3), original)
+    for number, one in enumerate(signatures):
+        assert not any(found(one, other) for other in signatures[number + 1 :])
 
 
 def test_a_long_episode_looks_up_its_winnowed_keys_and_is_still_found(monkeypatch):
