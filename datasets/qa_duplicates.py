@@ -11,10 +11,8 @@ resampling and small noise. Pure numpy; datasets/services/duplicates.py stores a
   element has left it by half that swing (on the slope, interpolated between two samples: a
   flat turn or noise barely moves that time, as they move the extreme's). Their times do not
   depend on where the episode starts, its frame rate or its sampling phase.
-- Keys: each landmark with two of the next FAN_OUT (within MAX_GAP_SECONDS), and each
-  element's three consecutive turning points (within twice that: elements turning together
-  swap places with noise, never within their own sequence), as (element and kind of the
-  three, the two gaps in GAP_STEP bins), hashed to 64 bits. The
+- Keys: each landmark with two of the next FAN_OUT (within MAX_GAP_SECONDS), as
+  (element and kind of the three, the two gaps in GAP_STEP bins), hashed to 64 bits. The
   stored keys are winnowed (the smallest hash of every WINNOW consecutive ones, as MOSS does:
   any run of WINNOW shared keys shares a stored one); the keys looked up are all of the new
   episode's, each with the neighbouring gap bin too when a gap is within GAP_JITTER of a bin's
@@ -195,17 +193,6 @@ def _triples(times: np.ndarray, codes: np.ndarray):
     first, second, third = first[keep], second[keep], third[keep]
     keep = times[third] - times[first] <= MAX_GAP_SECONDS * SAMPLE_HZ
     first, second, third = first[keep], second[keep], third[keep]
-    # and each element's own three consecutive turning points (within twice the gap): elements
-    # that turn together (a stop every joint makes) change places among the others with noise,
-    # never in their own sequence
-    by_element = np.lexsort((times, codes // 2))
-    same = (codes[by_element][2:] // 2 == codes[by_element][:-2] // 2) & (
-        times[by_element][2:] - times[by_element][:-2] <= 2 * MAX_GAP_SECONDS * SAMPLE_HZ
-    )
-    own = np.flatnonzero(same)
-    first = np.concatenate([first, by_element[own]])
-    second = np.concatenate([second, by_element[own + 1]])
-    third = np.concatenate([third, by_element[own + 2]])
     order = np.argsort(first, kind="stable")
     return times, codes, first[order], second[order], third[order]
 
