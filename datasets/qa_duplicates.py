@@ -43,7 +43,8 @@ MAX_GAP_SECONDS = 6.0
 GAP_STEP = 0.25  # s: the gaps' bins
 GAP_JITTER = 0.06  # s: a gap this close to a bin's edge is looked up in both bins
 WINNOW = 4
-MAX_LOOKUP_KEYS = 8000  # more (a long episode): the winnowed keys are looked up, not all
+MAX_LOOKUP_KEYS = 8000  # more (a long episode): the winnowed keys are looked up, not all,
+# and if still more, those whose value is a multiple of the ratio
 SEGMENT_SECONDS = 3.0
 SEARCH_SECONDS = 1.0
 OFFSET_STEP = 0.02
@@ -85,6 +86,10 @@ def trajectory_signature(state: np.ndarray, fps: int, limits=()) -> Signature:
         times, codes, *landmark_indexes = triples
         subset = (times, codes, *(indexes[chosen] for indexes in landmark_indexes))
         lookup, lookup_times = _keys(subset, dim, exact=False)
+    if len(lookup) > MAX_LOOKUP_KEYS:  # still (a long episode of many elements): a sample of
+        # keys chosen by value, so a key shared with a stored episode is kept on both sides
+        keep = lookup % -(-len(lookup) // MAX_LOOKUP_KEYS) == 0
+        lookup, lookup_times = lookup[keep], lookup_times[keep]
     return Signature(
         samples=samples.astype(np.float32),
         keys=keys[chosen],

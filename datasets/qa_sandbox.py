@@ -44,7 +44,10 @@ from datasets.qa_video_checks import (
 
 MEMORY_EXIT = 3  # the child ran out of its memory budget
 ADDRESS_SPACE_FACTOR = 16
-RESULT_LIMIT_BYTES = 4 * 1024 * 1024  # a QAResult is a few KB; more is refused
+# A QAResult is a few KB plus the trajectory's near-duplicate signature (datasets/
+# qa_duplicates.py: 10 samples a second x D float32 and its keys: 1.5 MB for an hour at D = 8,
+# ~4 MB at D = 23); more is refused
+RESULT_LIMIT_BYTES = 32 * 1024 * 1024
 
 
 class SandboxError(RuntimeError):
