@@ -76,6 +76,31 @@ class Membership(models.Model):
         return f"{self.user} in {self.organization} as {self.role}"
 
 
+class ApiKeyQuerySet(models.QuerySet):
+    """A bulk write may only touch `last_used_at`. Anything authentication reads (a revocation
+    above all) changes through `save()`, whose post_save bumps the key cache's version
+    (marketplace/api_key_cache.py); `update()` and `bulk_update()` send no signal, so every
+    process would go on accepting a key revoked that way for up to API_KEY_CACHE_SECONDS."""
+
+    BULK_WRITABLE = frozenset({"last_used_at"})
+
+    def update(self, **kwargs):
+        self._refuse_unheard(kwargs)
+        return super().update(**kwargs)
+
+    def bulk_update(self, objs, fields, batch_size=None):
+        self._refuse_unheard(fields)
+        return super().bulk_update(objs, fields, batch_size=batch_size)
+
+    def _refuse_unheard(self, fields) -> None:
+        unheard = sorted(set(fields) - self.BULK_WRITABLE)
+        if unheard:
+            raise TypeError(
+                f"API keys' {', '.join(unheard)} change through save() (services.api_key_revoke"
+                " for a revocation), so the key cache hears of it; not with a bulk write."
+            )
+
+
 class ApiKey(models.Model):
     """A secret for programs. Only its SHA-256 is stored; the prefix is shown to people."""
 
@@ -95,6 +120,8 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiKeyQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]

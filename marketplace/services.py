@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from marketplace import outbound_webhooks, tasks
+from marketplace import outbound_webhooks
 from marketplace.error_codes import ErrorCode
 from marketplace.errors import Conflict, ServiceError
 from marketplace.models import ApiKey, Membership, Organization, OrganizationWebhookDelivery, User
@@ -216,7 +216,7 @@ def organization_webhook_enqueue(
         data=data,
         organization=organization,
     )
-    enqueue_on_commit(tasks.organization_webhook_deliver, delivery.pk)
+    enqueue_on_commit("marketplace.tasks.organization_webhook_deliver", delivery.pk)
     return delivery
 
 

@@ -13,13 +13,12 @@ from django.utils import timezone
 from rest_framework import status as http_status
 
 from billing import stripe_gateway as gateway
-from billing import tasks
 from billing.error_codes import ErrorCode
 from billing.ledger import post_bank_charge, post_charge
 from billing.models import PAYMENT_TRANSITIONS, BillingFlag, Payment, StripeCustomer, WebhookEvent
 from billing.services.flags import flag_raise
 from marketplace.audit import system_label
-from marketplace.errors import Conflict, NotFound, ServiceError
+from marketplace.errors import Conflict, NotFound, ServiceError, invalid
 from marketplace.models import Membership, Organization
 from marketplace.queueing import enqueue_on_commit
 from marketplace.tenancy import Caller
@@ -302,7 +301,7 @@ def _settle_order(*, order: Order, payment: Payment, source: str, flag: dict) ->
             message=f"Order {order.id} was cancelled before its payment succeeded: refunding.",
             **flag,
         )
-        enqueue_on_commit(tasks.order_cancellation_refund, order.id)
+        enqueue_on_commit("billing.tasks.order_cancellation_refund", order.id)
     else:
         flag_raise(
             kind=BillingFlag.Kind.DUPLICATE_PAYMENT,
@@ -319,7 +318,7 @@ def release_deferred_events(waiting_for: str) -> None:
     for pk in WebhookEvent.objects.filter(
         status=WebhookEvent.Status.DEFERRED, waiting_for=waiting_for
     ).values_list("pk", flat=True):
-        enqueue_on_commit(tasks.webhook_event_process, pk)
+        enqueue_on_commit("billing.tasks.webhook_event_process", pk)
 
 
 # --- Payments received outside Stripe (bank transfer), recorded by staff ------------------------
@@ -335,8 +334,6 @@ def payment_record_offline(
     what was expected); an order paid already, or not awaiting payment, is refused. Open card
     attempts are cancelled, so they can no longer pay a second time.
     """
-    from marketplace.errors import invalid
-
     reference = (reference or "").strip()
     if not reference:
         raise invalid("reference", "Enter the bank transfer's reference.")

@@ -8,7 +8,6 @@ from decimal import Decimal
 from django.db import transaction
 
 from billing import stripe_gateway as gateway
-from billing import tasks
 from billing.error_codes import ErrorCode
 from billing.ledger import post_refund
 from billing.models import BillingFlag, Payment, Refund
@@ -86,7 +85,7 @@ def refund_request(
         payment.amount_refunded += amount
         payment.save(update_fields=["amount_refunded", "updated_at"])
         refund_id = str(refund.id)
-        enqueue_on_commit(tasks.refund_submit, refund_id)
+        enqueue_on_commit("billing.tasks.refund_submit", refund_id)
     return refund
 
 

@@ -12,7 +12,6 @@ from django.db.models import F
 from django.utils import timezone
 
 from billing import stripe_gateway as gateway
-from billing import tasks
 from billing.ledger import Leg, ledger_post, post_refund
 from billing.models import (
     BillingFlag,
@@ -59,7 +58,7 @@ def _process_later(pk: int) -> None:
     """The event is stored, so Stripe gets its 200 whatever queueing meets: a broker that is
     down, or (eager Celery) the handler's own failure. billing_sweep retries either."""
     try:
-        enqueue_or_leave_to_sweeper(tasks.webhook_event_process, str(pk))
+        enqueue_or_leave_to_sweeper("billing.tasks.webhook_event_process", str(pk))
     except Exception:
         logger.exception("webhook event %s not processed now; billing_sweep retries it", pk)
 

@@ -7,7 +7,6 @@ from django.db.models import DecimalField, F, Q, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from billing import tasks
 from billing.models import BillingFlag, FleetPayable, Payment, Refund, WebhookEvent
 from billing.services.flags import flag_raise
 from billing.services.payables import PAYABLE_STATES
@@ -26,7 +25,7 @@ def billing_sweep(*, now=None) -> dict[str, int]:
         ).values_list("pk", flat=True)[:500]
     )
     for pk in events:
-        enqueue_or_leave_to_sweeper(tasks.webhook_event_process, str(pk))
+        enqueue_or_leave_to_sweeper("billing.tasks.webhook_event_process", str(pk))
     for event in WebhookEvent.objects.filter(
         status=WebhookEvent.Status.DEFERRED, received_at__lt=now - timedelta(days=1)
     )[:100]:
@@ -43,7 +42,7 @@ def billing_sweep(*, now=None) -> dict[str, int]:
         ).values_list("pk", flat=True)[:500]
     )
     for pk in refunds:
-        enqueue_or_leave_to_sweeper(tasks.refund_submit, str(pk))
+        enqueue_or_leave_to_sweeper("billing.tasks.refund_submit", str(pk))
     orders, reversals = _sweep_payables(stale)
     # Cancelled or delivered orders (of the last two days) whose refund was never computed:
     # the broker was down when the order changed state. Both tasks are idempotent (refund
@@ -61,7 +60,7 @@ def billing_sweep(*, now=None) -> dict[str, int]:
         .distinct()[:100]
     )
     for pk in cancelled:
-        enqueue_or_leave_to_sweeper(tasks.order_cancellation_refund, str(pk))
+        enqueue_or_leave_to_sweeper("billing.tasks.order_cancellation_refund", str(pk))
     short = list(
         paid_orders.filter(
             status__in=[Order.Status.DELIVERED, Order.Status.CLOSED],
@@ -72,7 +71,7 @@ def billing_sweep(*, now=None) -> dict[str, int]:
         .distinct()[:100]
     )
     for pk in short:
-        enqueue_or_leave_to_sweeper(tasks.order_trueup, str(pk))
+        enqueue_or_leave_to_sweeper("billing.tasks.order_trueup", str(pk))
     return {
         "events": len(events),
         "refunds": len(refunds),
@@ -98,7 +97,7 @@ def _sweep_payables(stale) -> tuple[list, list]:
         .distinct()[:100]
     )
     for pk in orders:
-        enqueue_or_leave_to_sweeper(tasks.order_fleet_payables, str(pk))
+        enqueue_or_leave_to_sweeper("billing.tasks.order_fleet_payables", str(pk))
     # Payables whose job is now paid for less time than the payable still stands for (its
     # recorded seconds less those already carried as deductions): a reversal a lost message
     # never made, the first or a later one (payables_reconcile is idempotent).
@@ -113,5 +112,5 @@ def _sweep_payables(stale) -> tuple[list, list]:
         .distinct()[:100]
     )
     for pk in reversals:
-        enqueue_or_leave_to_sweeper(tasks.order_payables_reconcile, str(pk))
+        enqueue_or_leave_to_sweeper("billing.tasks.order_payables_reconcile", str(pk))
     return orders, reversals

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from django.db import transaction
 from django.utils import timezone
 
-from datasets import claim_checks, storage, tasks
+from datasets import claim_checks, storage
 from datasets.error_codes import ErrorCode
 from datasets.models import (
     Claim,
@@ -59,6 +59,11 @@ CLAIM_ROLES = {
     Remedy.RECOLLECT: (Membership.Role.OWNER, Membership.Role.MEMBER),
     Remedy.CREDIT: (Membership.Role.OWNER, Membership.Role.BILLING),
 }
+
+
+class ClaimRecheckLater(Exception):
+    """A delivery of the claim's order is being assembled: the re-check waits for it (its task
+    retries this as a transient error)."""
 
 
 class ClaimRoleRefused(ServiceError):
@@ -125,7 +130,7 @@ def claim_create(*, caller: Caller, delivery_id, remedy: str, items: list, note:
                 "remedy": remedy,
             },
         )
-        enqueue_on_commit(tasks.qa_claim_recheck, claim.id)
+        enqueue_on_commit("datasets.tasks.qa_claim_recheck", claim.id)
     return claim
 
 
@@ -286,7 +291,7 @@ def claim_recheck(*, claim_id) -> Claim:
         if claim.status != Claim.Status.CHECKING:
             return claim
         if Delivery.objects.filter(order=order, status=Delivery.Status.ASSEMBLING).exists():
-            raise tasks.ClaimRecheckLater(f"A delivery of order {order.id} is being assembled.")
+            raise ClaimRecheckLater(f"A delivery of order {order.id} is being assembled.")
         left = order_allowance(order).left_seconds
         granted, disputed = [], []
         for item in (

@@ -12,7 +12,7 @@ from django.core.mail import mail_admins, send_mail
 from django.db import transaction
 from django.utils import timezone
 
-from datasets import storage, tasks
+from datasets import storage
 from datasets.error_codes import ErrorCode
 from datasets.lerobot import DATA_PATH, LeRobotWriter
 from datasets.lerobot_videos import VIDEO_PATH, DatasetVideos, VideoAssemblyError
@@ -351,7 +351,7 @@ def _delivery_ready(
                 actor_label=SYSTEM,
                 reason=f"Dataset delivered: {delivery.episodes} episodes, {delivery.seconds} s.",
             )
-        enqueue_on_commit(tasks.delivery_notify, delivery.id)
+        enqueue_on_commit("datasets.tasks.delivery_notify", delivery.id)
         _webhook_record(delivery)
     return delivery
 

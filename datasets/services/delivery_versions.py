@@ -9,7 +9,6 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from datasets import tasks
 from datasets.error_codes import ErrorCode
 from datasets.models import Delivery, Episode
 from marketplace.errors import Conflict, NotFound, invalid
@@ -86,7 +85,7 @@ def _open_version(
         delivery.review = Delivery.Review.PENDING
     delivery.save(force_insert=True)
     # Broker down: an assembling delivery is queued again by delivery_sweep.
-    enqueue_on_commit(tasks.delivery_assemble, delivery.id)
+    enqueue_on_commit("datasets.tasks.delivery_assemble", delivery.id)
     return delivery
 
 

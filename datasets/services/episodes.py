@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from datasets import storage, tasks
+from datasets import storage
 from datasets.error_codes import ErrorCode
 from datasets.models import Episode
 from datasets.qa_checks import Reason
@@ -352,7 +352,7 @@ def episode_complete(
             episode.uploaded_at = timezone.now()
             episode.save(update_fields=["status", "uploaded_at"])
             # Broker down: the episode stays "uploaded" and qa_sweep queues its QA later.
-            enqueue_on_commit(tasks.qa_episode, episode.id)
+            enqueue_on_commit("datasets.tasks.qa_episode", episode.id)
     if missing:
         raise Conflict(
             f"Not every file of the episode is uploaded yet: {', '.join(missing)}. Upload them "

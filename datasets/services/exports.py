@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from datasets import storage, tasks
+from datasets import storage
 from datasets.error_codes import ErrorCode
 from datasets.models import BucketExport, Delivery
 from datasets.services.downloads import issuing_delivery
@@ -78,7 +78,7 @@ def bucket_export_start(
             secret_access_key=secret_access_key.strip(),
             files_total=delivery.files.count(),
         )
-        enqueue_on_commit(tasks.delivery_export, export.id)
+        enqueue_on_commit("datasets.tasks.delivery_export", export.id)
     return export
 
 

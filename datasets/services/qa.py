@@ -35,6 +35,9 @@ from orders.services import order_send_to_review
 from orders.streams import cameras_of, vectors_of
 
 SYSTEM = system_label("qa")
+# QA checks stop themselves at EPISODE_QA_TIME_LIMIT_SECONDS (in a sandbox that is killed a
+# little later); the task's Celery limits (datasets/tasks.py), the last backstop, are this.
+QA_TIME_LIMIT = settings.EPISODE_QA_TIME_LIMIT_SECONDS + 120
 
 
 def content_thresholds(embodiment) -> ContentThresholds:

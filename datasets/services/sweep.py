@@ -8,13 +8,12 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from datasets import tasks
 from datasets.models import Claim, Delivery, Episode
 from datasets.services.deliveries import delivery_webhook_record
 from datasets.services.disputes import disputes_time_up
 from datasets.services.episodes import episode_abandon_upload
+from datasets.services.qa import QA_TIME_LIMIT
 from marketplace import outbound_webhooks
-from marketplace import tasks as marketplace_tasks
 from marketplace.models import OrganizationWebhookDelivery
 from marketplace.queueing import enqueue_or_leave_to_sweeper
 from marketplace.services import organization_webhook_policy
@@ -32,7 +31,7 @@ def qa_sweep() -> int:
     )
     ids = list(stale.values_list("id", flat=True)[:1000])
     for episode_id in ids:
-        enqueue_or_leave_to_sweeper(tasks.qa_episode, str(episode_id))
+        enqueue_or_leave_to_sweeper("datasets.tasks.qa_episode", str(episode_id))
     abandoned_before = now - timedelta(
         seconds=settings.EPISODE_UPLOAD_ABANDONED_SECONDS + settings.S3_UPLOAD_URL_EXPIRY_SECONDS
     )
@@ -45,7 +44,7 @@ def qa_sweep() -> int:
 
 def qa_run_seconds() -> float:
     """How long a QA run can last at most (its Celery hard time limit, and a margin)."""
-    return tasks.QA_TIME_LIMIT + 60
+    return QA_TIME_LIMIT + 60
 
 
 def delivery_sweep() -> int:
@@ -59,7 +58,7 @@ def delivery_sweep() -> int:
     stale = Delivery.objects.filter(status=Delivery.Status.ASSEMBLING, created_at__lt=cutoff)
     assembling = list(stale.values_list("id", flat=True)[:100])
     for delivery_id in assembling:
-        enqueue_or_leave_to_sweeper(tasks.delivery_assemble, str(delivery_id))
+        enqueue_or_leave_to_sweeper("datasets.tasks.delivery_assemble", str(delivery_id))
     ready = Delivery.objects.filter(
         status=Delivery.Status.READY,
         ready_at__lt=cutoff,
@@ -67,7 +66,7 @@ def delivery_sweep() -> int:
     )
     unannounced = list(ready.filter(notified_at=None).values_list("id", flat=True)[:100])
     for delivery_id in unannounced:
-        enqueue_or_leave_to_sweeper(tasks.delivery_notify, str(delivery_id))
+        enqueue_or_leave_to_sweeper("datasets.tasks.delivery_notify", str(delivery_id))
     unhooked = list(
         ready.filter(webhook_attempted_at=None)
         .exclude(order__organization__webhook_url="")
@@ -79,7 +78,7 @@ def delivery_sweep() -> int:
     )
     for delivery_id in stuck:
         enqueue_or_leave_to_sweeper(
-            marketplace_tasks.organization_webhook_deliver, str(delivery_id)
+            "marketplace.tasks.organization_webhook_deliver", str(delivery_id)
         )
     return len(assembling) + len(unannounced) + recorded + len(stuck)
 
@@ -92,5 +91,5 @@ def claims_sweep() -> int:
     stale = Claim.objects.filter(status=Claim.Status.CHECKING, created_at__lt=cutoff)
     ids = list(stale.values_list("id", flat=True)[:100])
     for claim_id in ids:
-        enqueue_or_leave_to_sweeper(tasks.qa_claim_recheck, str(claim_id))
+        enqueue_or_leave_to_sweeper("datasets.tasks.qa_claim_recheck", str(claim_id))
     return len(ids) + disputes_time_up()

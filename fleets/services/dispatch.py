@@ -11,7 +11,7 @@ from decimal import Decimal
 from django.db import transaction
 from django.utils import timezone
 
-from fleets import selectors, tasks
+from fleets import selectors
 from fleets.error_codes import ErrorCode
 from fleets.models import Assignment, Bid, Fleet, Job, Offer, Site
 from fleets.services.assignments import assign_job, job_payload, offer_payload
@@ -82,7 +82,7 @@ def offer_decline(*, organization: Organization, offer_id, reason: str = "") -> 
         offer.decline_reason = reason
         offer.save(update_fields=["status", "responded_at", "decline_reason"])
         job_move(job=job, to_status=Job.Status.OPEN, reason="Offer declined.", fleet=offer.fleet)
-        enqueue_on_commit(tasks.job_dispatch, str(job.pk))
+        enqueue_on_commit("fleets.tasks.job_dispatch", str(job.pk))
     return offer
 
 
@@ -158,5 +158,5 @@ def bid_place(
         if job.status == Job.Status.FLAGGED:
             job_move(job=job, to_status=Job.Status.OPEN, reason="A bid arrived.")
         if job.status == Job.Status.OPEN:
-            enqueue_on_commit(tasks.job_dispatch, str(job.pk))
+            enqueue_on_commit("fleets.tasks.job_dispatch", str(job.pk))
     return bid

@@ -5,7 +5,6 @@ from decimal import Decimal
 from django.db import connection, transaction
 from django.utils import timezone
 
-from fleets import tasks
 from fleets.error_codes import ErrorCode
 from fleets.models import (
     JOB_HOLDING_STATES,
@@ -185,7 +184,7 @@ def job_redispatch(*, job_id, actor_label: str) -> Job:
             )
         elif job.status != Job.Status.OPEN:
             raise Conflict(f"Only flagged or open jobs can be re-dispatched, not {job.status}.")
-        enqueue_on_commit(tasks.job_dispatch, str(job.pk))
+        enqueue_on_commit("fleets.tasks.job_dispatch", str(job.pk))
     return job
 
 

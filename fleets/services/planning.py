@@ -10,7 +10,6 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from fleets import tasks
 from fleets.models import Assignment, EndEffector, Job, JobEvent, SiteKind
 from fleets.services.jobs import SYSTEM, job_move
 from marketplace.queueing import enqueue_on_commit
@@ -132,7 +131,7 @@ def order_plan(*, order_id) -> list:
             .values_list("pk", flat=True)
         ]
         for job_id in open_ids:
-            enqueue_on_commit(tasks.job_dispatch, job_id)
+            enqueue_on_commit("fleets.tasks.job_dispatch", job_id)
     return open_ids
 
 
@@ -153,7 +152,7 @@ def order_release_remaining(*, order_id, actor_label: str = SYSTEM) -> list:
                 actor_label=actor_label,
             )
             released.append(str(job.pk))
-            enqueue_on_commit(tasks.job_dispatch, str(job.pk))
+            enqueue_on_commit("fleets.tasks.job_dispatch", str(job.pk))
     return released
 
 
@@ -210,5 +209,5 @@ def job_recollect(*, job_id, seconds: Decimal, actor_label: str, reason: str) ->
                 :2000
             ],
         )
-        enqueue_on_commit(tasks.job_dispatch, str(extra.pk))
+        enqueue_on_commit("fleets.tasks.job_dispatch", str(extra.pk))
     return extra

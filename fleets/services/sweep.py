@@ -8,7 +8,6 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from fleets import tasks
 from fleets.models import Assignment, Job, Offer, WebhookDelivery
 from fleets.services.jobs import job_move, order_cancel_jobs
 from fleets.services.webhooks import webhook_enqueue, webhook_policy
@@ -30,7 +29,7 @@ def offer_expire(*, offer_id) -> bool:
         offer.save(update_fields=["status"])
         if job.status == Job.Status.OFFERED:
             job_move(job=job, to_status=Job.Status.OPEN, reason="Offer expired.", fleet=offer.fleet)
-            enqueue_on_commit(tasks.job_dispatch, str(job.pk))
+            enqueue_on_commit("fleets.tasks.job_dispatch", str(job.pk))
         webhook_enqueue(
             fleet=offer.fleet, event_type="offer.expired", data={"offer_id": str(offer.pk)}
         )
@@ -76,7 +75,7 @@ def job_reclaim_silent(*, assignment_id, timeout_seconds: int) -> bool:
             event_type="job.cancelled",
             data={"job_id": str(job.pk), "reason": "no_heartbeat"},
         )
-        enqueue_on_commit(tasks.job_dispatch, str(job.pk))
+        enqueue_on_commit("fleets.tasks.job_dispatch", str(job.pk))
     return True
 
 
@@ -120,12 +119,12 @@ def dispatch_sweep() -> SweepResult:
     )
     batch = settings.FLEETS_DISPATCH_BATCH_SIZE
     for start in range(0, len(open_jobs), batch):  # batch dispatch: one task per batch
-        enqueue_on_commit(tasks.jobs_dispatch, *open_jobs[start : start + batch])
+        enqueue_on_commit("fleets.tasks.jobs_dispatch", *open_jobs[start : start + batch])
     stuck = outbound_webhooks.deliveries_stuck(
         model=WebhookDelivery, policy=webhook_policy(), now=now
     )
     for delivery_id in stuck:
-        enqueue_on_commit(tasks.webhook_deliver, delivery_id)
+        enqueue_on_commit("fleets.tasks.webhook_deliver", delivery_id)
     # Paid orders whose order_paid work was never queued (the broker was down when the order
     # was paid): plan them (idempotent).
     unplanned = list(
@@ -134,7 +133,7 @@ def dispatch_sweep() -> SweepResult:
         ).values_list("pk", flat=True)[:100]
     )
     for order_id in unplanned:
-        enqueue_on_commit(tasks.order_plan, order_id)
+        enqueue_on_commit("fleets.tasks.order_plan", order_id)
     return SweepResult(expired, reclaimed, len(open_jobs), len(stuck), len(unplanned), cancelled)
 
 

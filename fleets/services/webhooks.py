@@ -3,7 +3,6 @@ the transaction that causes them, sent after commit by marketplace.outbound_webh
 
 from django.conf import settings
 
-from fleets import tasks
 from fleets.models import Fleet, WebhookDelivery
 from marketplace import outbound_webhooks
 from marketplace.queueing import enqueue_on_commit
@@ -26,7 +25,7 @@ def webhook_enqueue(*, fleet: Fleet, event_type: str, data: dict) -> WebhookDeli
     delivery = outbound_webhooks.delivery_record(
         model=WebhookDelivery, url=fleet.webhook_url, event_type=event_type, data=data, fleet=fleet
     )
-    enqueue_on_commit(tasks.webhook_deliver, delivery.pk)
+    enqueue_on_commit("fleets.tasks.webhook_deliver", delivery.pk)
     return delivery
 
 
@@ -46,7 +45,7 @@ def webhook_enqueue_many(*, events: list[tuple[Fleet, str, dict]]) -> list[Webho
         ]
     )
     for delivery in deliveries:
-        enqueue_on_commit(tasks.webhook_deliver, delivery.pk)
+        enqueue_on_commit("fleets.tasks.webhook_deliver", delivery.pk)
     return deliveries
 
 

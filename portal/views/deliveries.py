@@ -6,7 +6,6 @@ import io
 import zipfile
 from pathlib import Path
 
-from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.shortcuts import redirect
@@ -22,51 +21,10 @@ from marketplace.errors import NotFound, ServiceError
 from marketplace.models import Membership, Organization
 from portal.forms.deliveries import BucketExportForm
 from portal.shell import CAN_ORDER, confirm_page, confirmed, organization_page, render_page
-from portal.wording import EXCLUSION_REASONS
+from portal.views.order_page import order_context, order_for, order_quality_section
 
 CUSTOMER = Organization.Kind.CUSTOMER
 JOB_PAGE_EPISODES = 200
-FILES_LISTED = 50
-
-
-def order_quality_section(request, order, export_forms: dict | None = None) -> dict:
-    """The order page's QA figures, rejection reasons, operators and deliveries, each ready
-    delivery with its ways out: the command, the LeRobot snippet, one archive, a copy into the
-    customer's bucket, the files (portal/deliveries/_order_quality.html, _download.html)."""
-    caller = request.caller
-    delivered = list(selectors.order_deliveries(order=order).prefetch_related("exports"))
-    site_url = request.build_absolute_uri("/").rstrip("/")
-    downloads_ = []
-    for delivery in delivered:
-        files = list(delivery.files.all())
-        archive_size = downloads.delivery_archive_size(delivery) if files else 0
-        downloads_.append(
-            {
-                "delivery": delivery,
-                "site_url": site_url,
-                "folder": f"./dataset-{str(delivery.id)[:8]}",
-                "repo_id": f"marketplace/{delivery.id}",
-                "archive_size": archive_size,
-                "archive_ok": 0 < archive_size <= settings.DELIVERY_ARCHIVE_MAX_BYTES,
-                "exports": list(delivery.exports.all()),
-                "export_form": (export_forms or {}).get(delivery.id)
-                or BucketExportForm(prefix_id=str(delivery.id)[:8]),
-                "files": files[:FILES_LISTED],
-                "more_files": max(0, len(files) - FILES_LISTED),
-            }
-        )
-    return {
-        "order": order,
-        "coverage": selectors.order_coverage(order=order),
-        "deliveries": delivered,
-        "downloads": downloads_,
-        "older_versions": sum(
-            1 for d in delivered if not d.is_latest and d.status != Delivery.Status.ASSEMBLING
-        ),
-        "can_review": caller.has_role(*CAN_ORDER),
-        "exclusion_reasons": list(EXCLUSION_REASONS.items()),
-        "can_revoke": caller.has_role(Membership.Role.OWNER),
-    }
 
 
 def job_episodes_section(job) -> dict:
@@ -212,10 +170,8 @@ def delivery_export_page(request, pk):
                 f"Copying into {export.target}: this page shows when every file is verified.",
             )
             return redirect("order-detail-page", pk=delivery.order_id)
-    from portal.views.orders import _order_context, _order_for
-
-    order = _order_for(request, delivery.order_id)
-    context = _order_context(request, order)
+    order = order_for(request, delivery.order_id)
+    context = order_context(request, order)
     context["quality_section"] = order_quality_section(
         request, order, export_forms={delivery.id: form}
     )

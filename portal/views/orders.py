@@ -5,13 +5,11 @@ errors back. The order page shows what other apps know about the order (billing'
 card, datasets' QA results and deliveries) by calling their selectors directly.
 """
 
-from decimal import Decimal
 from urllib.parse import urlencode
 
-from django.conf import settings
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import Http404, JsonResponse
+from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -24,7 +22,6 @@ from marketplace.errors import ServiceError
 from marketplace.models import Organization
 from orders import services
 from orders.models import (
-    CUSTOMER_CANCELLABLE,
     ComplexityLevel,
     Embodiment,
     Order,
@@ -34,22 +31,10 @@ from orders.models import (
 from orders.selectors import order_list, quote_visible_to, rate_card_current, rate_card_terms
 from portal.forms.orders import DatasetRequestForm, OrderCancelForm, OrderDetailsForm
 from portal.shell import CAN_ORDER, organization_page, render_page
-from portal.views.billing import order_invoice_section, order_payment_section
-from portal.views.deliveries import order_quality_section
+from portal.views.order_page import keeps_changing, order_context, order_for, progress
 
 CUSTOMER = Organization.Kind.CUSTOMER
 ORDERS_PER_PAGE = 25
-
-# The usual path of an order, for the timeline's steps (cancel/refund are shown as events).
-ORDER_PATH = [
-    Order.Status.AWAITING_PAYMENT,
-    Order.Status.PAID,
-    Order.Status.IN_COLLECTION,
-    Order.Status.IN_REVIEW,
-    Order.Status.DELIVERED,
-    Order.Status.CLOSED,
-]
-
 
 # --- Public ------------------------------------------------------------------------------------
 
@@ -189,26 +174,12 @@ def order_list_page(request):
         "portal/orders/order_list.html",
         {
             "page": page,
-            "orders": [(order, _progress(order)) for order in page.object_list],
+            "orders": [(order, progress(order)) for order in page.object_list],
             "status": status,
             "statuses": Order.Status.choices,
             "can_order": request.caller.has_role(*CAN_ORDER),
         },
     )
-
-
-def _order_for(request, pk) -> Order:
-    """The caller's order, or a 404 (another organization's order does not exist for them)."""
-    order = (
-        order_list(organization=request.caller.organization)
-        .select_related("created_by", "quote")
-        .prefetch_related("events")
-        .filter(pk=pk)
-        .first()
-    )
-    if order is None:
-        raise Http404("Order not found.")
-    return order
 
 
 # The order page's parts that change while an order runs: each a partial of its own,
@@ -221,21 +192,19 @@ LIVE_SECTIONS = [
     ("quality", "portal/deliveries/_order_quality.html"),
     ("timeline", "portal/orders/_timeline.html"),
 ]
-# Statuses after which nothing on the page changes by itself any more.
-SETTLED = (Order.Status.CLOSED, Order.Status.CANCELLED, Order.Status.REFUNDED)
 
 
 @organization_page(kind=CUSTOMER)
 def order_detail(request, pk):
-    order = _order_for(request, pk)
-    return render_page(request, "portal/orders/order_detail.html", _order_context(request, order))
+    order = order_for(request, pk)
+    return render_page(request, "portal/orders/order_detail.html", order_context(request, order))
 
 
 @organization_page(kind=CUSTOMER)
 def order_live(request, pk):
     """The live parts of the order page as HTML fragments, for the page's polling script."""
-    order = _order_for(request, pk)
-    context = _order_context(request, order)
+    order = order_for(request, pk)
+    context = order_context(request, order)
     context["caller"] = request.caller
     context["section"] = context["quality_section"]  # as the page includes it
     sections = {
@@ -246,7 +215,7 @@ def order_live(request, pk):
         {
             "status": order.status,
             "status_label": order.get_status_display(),
-            "live": _keeps_changing(order, context),
+            "live": keeps_changing(order, context),
             "sections": sections,
         }
     )
@@ -254,53 +223,10 @@ def order_live(request, pk):
     return response
 
 
-def _keeps_changing(order: Order, context: dict) -> bool:
-    if order.status in SETTLED:
-        return False
-    if order.status == Order.Status.DELIVERED:
-        return any(d.status == "assembling" for d in context["quality_section"]["deliveries"])
-    return True
-
-
-def _order_context(request, order: Order, cancel_form: OrderCancelForm | None = None) -> dict:
-    can_order = request.caller.has_role(*CAN_ORDER)
-    events = list(order.events.all())
-    reached = {event.to_status for event in events}
-    steps = [
-        {
-            "status": status,
-            "label": Order.Status(status).label,
-            "done": status in reached,
-            "current": status == order.status,
-        }
-        for status in ORDER_PATH
-    ]
-    collection = dataset_selectors.order_collection_status(order=order)
-    context = {
-        "order": order,
-        "events": events,
-        "steps": steps,
-        "progress": _progress(order),
-        "collection": collection,
-        "coverage": _coverage_chart(order, collection),
-        # billing's card (None: payment is not online, the page's own staff-marked message)
-        "payment_section": order_payment_section(request, order),
-        "invoice_section": order_invoice_section(request, order),
-        "quality_section": order_quality_section(request, order),  # datasets: QA, deliveries
-        "can_cancel": can_order and order.status in CUSTOMER_CANCELLABLE,
-        "cancel_form": cancel_form or OrderCancelForm(),
-        "awaiting_payment": order.status == Order.Status.AWAITING_PAYMENT,
-        "is_closed_out": order.status in (Order.Status.CANCELLED, Order.Status.REFUNDED),
-        "poll_seconds": settings.ORDER_PAGE_POLL_SECONDS,
-    }
-    context["live"] = _keeps_changing(order, context)
-    return context
-
-
 @organization_page(kind=CUSTOMER)
 def order_episodes(request, pk):
     """The order's checked episodes, optionally those rejected for one QA reason."""
-    order = _order_for(request, pk)
+    order = order_for(request, pk)
     reason = request.GET.get("reason", "")
     status = request.GET.get("status", "")
     episodes = dataset_selectors.order_episodes_for_customer(
@@ -323,7 +249,7 @@ def order_episodes(request, pk):
 @require_POST
 @organization_page(kind=CUSTOMER, roles=CAN_ORDER)
 def order_cancel(request, pk):
-    order = _order_for(request, pk)
+    order = order_for(request, pk)
     form = OrderCancelForm(request.POST)
     if form.is_valid():
         try:
@@ -336,92 +262,8 @@ def order_cancel(request, pk):
             messages.success(request, "The order is cancelled.")
         return redirect("order-detail-page", pk=order.pk)
     return render_page(
-        request, "portal/orders/order_detail.html", _order_context(request, order, form), status=400
+        request, "portal/orders/order_detail.html", order_context(request, order, form), status=400
     )
-
-
-# --- Presentation helpers (no business rules: just numbers for the templates) -----------------
-
-
-def _progress(order: Order) -> dict:
-    hours = order.hours or Decimal("0")
-    accepted = order.accepted_hours or Decimal("0")
-    percent = int(min(Decimal(100), accepted / hours * 100)) if hours > 0 else 0
-    return {"accepted": accepted, "hours": hours, "percent": percent}
-
-
-CHART_MAX_BARS = 12
-CHART_WIDTH = 640
-CHART_HEIGHT = 220
-CHART_LEFT = 48
-CHART_BOTTOM = 36
-CHART_TOP = 16
-
-
-def _coverage_chart(order: Order, collection=None) -> dict:
-    """Geometry of the per-environment coverage chart, rendered as inline SVG, with each
-    environment's site (name and kind) once a fleet has taken its job.
-
-    Accepted hours per environment come from datasets (episodes that passed QA); with none yet
-    every bar is empty and the chart shows its empty state, drawn on the same axes (the target
-    per environment).
-    """
-    per_environment: list[Decimal] = dataset_selectors.order_environment_hours(order)
-    sites = dataset_selectors.order_environment_sites(order)
-    count = min(order.environments, CHART_MAX_BARS)
-    target = order.hours / order.environments if order.environments else order.hours
-    plot_width = CHART_WIDTH - CHART_LEFT - 8
-    plot_height = CHART_HEIGHT - CHART_BOTTOM - CHART_TOP
-    slot = plot_width / max(count, 1)
-    bars = []
-    rows = []
-    for index in range(order.environments):
-        value = per_environment[index] if index < len(per_environment) else Decimal("0")
-        site_name, site_kind = sites.get(index, ("", ""))
-        rows.append(
-            {
-                "label": f"E{index + 1}",
-                "site_name": site_name,
-                "site_kind": site_kind,
-                "value": value,
-                "target": target,
-                "percent": int(min(Decimal(100), value / target * 100)) if target else 0,
-            }
-        )
-        if index >= count:
-            continue
-        height = float(min(value / target, Decimal(1))) * plot_height if target else 0.0
-        short = (site_name[:11] + "…") if len(site_name) > 12 else site_name
-        bars.append(
-            {
-                "label": f"E{index + 1}",
-                "site_name": site_name,
-                "site_kind": site_kind,
-                "short": short or f"E{index + 1}",
-                "value": value,
-                "x": CHART_LEFT + index * slot + slot * 0.15,
-                "width": slot * 0.7,
-                "y": CHART_TOP + plot_height - height,
-                "height": height,
-                "label_x": CHART_LEFT + index * slot + slot / 2,
-            }
-        )
-    return {
-        "width": CHART_WIDTH,
-        "height": CHART_HEIGHT,
-        "left": CHART_LEFT,
-        "top": CHART_TOP,
-        "plot_bottom": CHART_TOP + plot_height,
-        "plot_right": CHART_WIDTH - 8,
-        "label_y": CHART_TOP + plot_height + 20,
-        "center_x": CHART_LEFT + plot_width // 2,
-        "center_y": CHART_TOP + plot_height // 2,
-        "target": target.quantize(Decimal("0.01")),
-        "bars": bars,
-        "rows": rows,
-        "hidden_environments": max(order.environments - CHART_MAX_BARS, 0),
-        "empty": not any(per_environment),
-    }
 
 
 def price_list(request):

@@ -112,30 +112,42 @@ def test_many_threads_get_each_link_once_and_the_prefetcher_keeps_up():
     platform = FakePlatform(clock, delay=0.02)
     book = LinkBook(platform, batch=500, first_batch=32, clock=clock)
     paths = [f"f{i:04d}" for i in range(1000)]
+    before = set(threading.enumerate())
     book.queue(paths)
-    handed: dict[str, str] = {}
     lock = threading.Lock()
     cursor = iter(paths)
+    handed: list[list[tuple[str, str]]] = [[] for _ in range(8)]  # one list per worker
+    errors: list[BaseException] = []
 
-    def worker():
-        while True:
-            with lock:
-                path = next(cursor, None)
-            if path is None:
-                return
-            url = book.url(path)
-            time.sleep(0.0005)  # the download
-            with lock:
-                assert path not in handed
-                handed[path] = url
+    def worker(mine: list[tuple[str, str]]):
+        # nothing is asserted here: a failure in a thread only warns, so each worker records
+        # what it got and what it raised, and the test decides below
+        try:
+            while True:
+                with lock:
+                    path = next(cursor, None)
+                if path is None:
+                    return
+                mine.append((path, book.url(path)))
+                time.sleep(0.0005)  # the download
+        except BaseException as exc:  # handed to the test's thread
+            errors.append(exc)
 
-    threads = [threading.Thread(target=worker) for _ in range(8)]
+    # daemons: a worker stuck for ever fails the test below instead of hanging the run's exit
+    threads = [threading.Thread(target=worker, args=(handed[n],), daemon=True) for n in range(8)]
     for thread in threads:
         thread.start()
+    deadline = time.monotonic() + 30
     for thread in threads:
-        thread.join(timeout=30)
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    assert not [thread for thread in threads if thread.is_alive()], "a worker never finished"
     book.close()
-    assert len(handed) == 1000 and all(handed[p].startswith(f"http://s3/{p}?") for p in paths)
+    # every thread the book started (its prefetcher) has ended once it is closed
+    assert not [t for t in set(threading.enumerate()) - before if t.is_alive()]
+    assert errors == []
+    got = [pair for mine in handed for pair in mine]
+    assert sorted(path for path, _ in got) == paths  # each path handed exactly once
+    assert all(url.startswith(f"http://s3/{path}?") for path, url in got)
     signed = [p for b in platform.batches for p in b]
     assert sorted(signed) == sorted(paths)  # each once: no batch raced another
     assert [len(b) for b in platform.batches] == [32, 64, 128, 256, 500, 20]

@@ -3,6 +3,7 @@
 import pytest
 from django.test import Client
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from rest_framework.test import APIClient
 
 from datasets.models import Delivery, DeliveryFile, DownloadEvent
@@ -35,19 +36,30 @@ def test_an_order_filter_date_out_of_postgresqls_range_is_a_400(make_tenant, cre
 
 
 @pytest.mark.parametrize(
-    "created_after", ["2020-01-01T00:00:00-20:18", "0101-11-28T14:47:38+23:59"]
+    ("created_after", "just_before", "just_after"),
+    [
+        # -20:18 is 20:18 UTC the same day: an order at 20:00 UTC is before it
+        ("2020-01-01T00:00:00-20:18", "2020-01-01T20:00:00Z", "2020-01-01T20:30:00Z"),
+        # +23:59 is 14:48:38 UTC the day before
+        ("0101-11-28T14:47:38+23:59", "0101-11-27T14:40:00Z", "0101-11-27T15:00:00Z"),
+    ],
 )
 def test_an_order_filter_date_with_an_offset_postgresql_refuses_is_shifted_to_utc(
-    make_tenant, created_after
+    make_tenant, created_after, just_before, just_after
 ):
-    # given
+    # given: one order just before the instant (in UTC) and one just after it; read without
+    # the offset, or with the filter dropped, both would be listed
     customer = make_tenant(Organization.Kind.CUSTOMER)
+    before, after = OrderFactory.create_batch(2, organization=customer.organization)
+    Order.objects.filter(pk=before.pk).update(created_at=parse_datetime(just_before))
+    Order.objects.filter(pk=after.pk).update(created_at=parse_datetime(just_after))
 
     # when: ISO 8601 allows offsets up to 23:59, PostgreSQL only up to 15:59 (it was a 500)
     response = customer.client.get("/api/v1/orders", {"created_after": created_after})
 
-    # then
+    # then: the filter holds, at the same instant in UTC
     assert response.status_code == 200, response.content
+    assert [row["id"] for row in response.json()["results"]] == [str(after.pk)]
 
 
 @pytest.mark.parametrize("page_size", ["abc", "0", "-1", "1.5", "5.9e-123", "\u00e7"])
@@ -67,14 +79,18 @@ def test_a_page_size_that_is_not_a_whole_number_from_1_is_a_400(make_tenant, pag
 
 
 def test_a_page_size_above_the_maximum_is_capped(make_tenant):
-    # given
+    # given: one order more than a page may hold
     customer = make_tenant(Organization.Kind.CUSTOMER)
+    Order.objects.bulk_create(OrderFactory.build_batch(201, organization=customer.organization))
 
     # when
     response = customer.client.get("/api/v1/orders", {"page_size": "100000000000000000000000"})
 
-    # then
+    # then: a full page of exactly the cap, and a link to the one left
     assert response.status_code == 200, response.content
+    body = response.json()
+    assert len(body["results"]) == 200
+    assert body["next"] is not None
 
 
 @pytest.mark.parametrize("key", ["ab\x00c", "line\nbreak", "tab\there"])

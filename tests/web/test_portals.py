@@ -28,7 +28,7 @@ from datasets import storage
 from datasets.models import BucketExport, Delivery, DownloadEvent, Episode
 from datasets.selectors import order_collection_status
 from datasets.services.exports import bucket_export_run
-from fleets.models import Job
+from fleets.models import Job, Offer
 from marketplace.errors import ServiceError
 from marketplace.models import Organization, User
 from orders.models import Order
@@ -133,10 +133,32 @@ def test_the_eta_comes_from_capacity_acceptance_and_deadlines(customer):
     assert not status.late
 
 
+def eta_section(client, order) -> str:
+    page = client.get(reverse("order-detail-page", args=[order.pk])).content.decode()
+    return page[page.index('id="eta"') : page.index("</section>", page.index('id="eta"'))]
+
+
 def test_an_order_awaiting_payment_starts_when_paid(customer):
-    order = OrderFactory(organization=customer.organization)
+    # given: an order awaiting payment says it starts when paid, with no date
+    order = OrderFactory(organization=customer.organization, total=Decimal("500.00"))
+    client = logged_in(customer)
     status = order_collection_status(order=order)
     assert status.state == "not_started" and status.eta is None
+    unpaid = eta_section(client, order)
+    assert "Starts when paid" in unpaid and "Collection starts when the order is paid." in unpaid
+
+    # when: its bank transfer is recorded (the staff console's service)
+    payment_record_offline(
+        order_id=order.pk, amount=Decimal("500.00"), reference="BANK-7", recorded_by="staff:t"
+    )
+
+    # then: the order is paid and the page estimates instead of waiting for the money
+    order.refresh_from_db()
+    assert order.status == Order.Status.PAID
+    assert order_collection_status(order=order).state == "estimating"
+    paid = eta_section(client, order)
+    assert "Starts when paid" not in paid and "when the order is paid" not in paid
+    assert "Estimating…" in paid and "Jobs are being planned." in paid
 
 
 # --- The live order page -------------------------------------------------------------------------
@@ -480,12 +502,22 @@ def test_password_reset_by_email(client, customer):
     assert customer.user.check_password("another-long-passphrase-9")
 
 
-def test_signed_in_people_land_on_their_dashboard(customer, fleet_operator):
+def test_signed_in_people_land_on_their_dashboard(customer, fleet_operator, make_tenant):
     OrderFactory(organization=customer.organization, status=Order.Status.IN_COLLECTION)
     customer_home = logged_in(customer).get("/").content.decode()
     assert "Welcome back" in customer_home and "1</span>orders in progress" in customer_home
+    # the operator's fleet has three offers pending and one declined; another operator one
+    _, site, _ = operator_fleet(fleet_operator.organization)
+    for sequence in (1, 2, 3):
+        offered_job(site, sequence=sequence)
+    Offer.objects.filter(pk=offered_job(site, sequence=4)[1].pk).update(
+        status=Offer.Status.DECLINED
+    )
+    _, elsewhere, _ = operator_fleet(make_tenant(Organization.Kind.FLEET_OPERATOR).organization)
+    offered_job(elsewhere)
     operator_home = logged_in(fleet_operator).get("/").content.decode()
-    assert "offers waiting" in operator_home
+    assert '<span class="value">3</span>offers waiting' in operator_home
+    assert '<span class="value">1</span>fleets' in operator_home
     assert "Real-robot training data, to order" in Client().get("/").content.decode()
 
 
