@@ -2,7 +2,7 @@
 by side in one run, with the production checklist's cache (Redis).
 
     python bench/checkout_bench.py --against DIR [--seconds 5] [--clients 8] [--rounds 3]
-                                   [--workers 4]
+                                   [--workers 4] [--other-env NAME=VALUE ...]
 
 DIR is another checkout of the project (e.g. `git archive <commit> | tar -x -C DIR`) whose
 models match this one's (one database serves both). Migrates PostgreSQL (BENCH_DATABASE_URL,
@@ -11,7 +11,9 @@ and 50 orders, starts one gunicorn per checkout (bench.settings, --workers worke
 with REDIS_URL: BENCH_REDIS_URL, default redis://127.0.0.1:6379/14, started as .ci/run starts
 it if it does not answer) and alternates timed rounds endpoint by endpoint, checkout by
 checkout, with the same client processes. Prints per endpoint the requests/s (median over
-rounds), p50 and p99 of each checkout, errors, and the ratio this / other. Exits 1 on any
+rounds), p50 and p99 of each checkout, errors, and the ratio this / other. --other-env sets
+environment variables for the other checkout's server only (--against . --other-env
+DATABASE_PREPARE_THRESHOLD=off compares one setting on the same code). Exits 1 on any
 error (a non-2xx answer). Bounded: rounds x 2 x 6 x seconds of load, loopback only.
 """
 
@@ -65,9 +67,10 @@ def endpoints(key: str, order_id: str) -> dict:
 def run(env: dict, checkouts: dict, calls: dict, args) -> dict:
     """{(endpoint, checkout): [round, ...]}, rounds alternating checkouts per endpoint."""
     rounds: dict = {(name, label): [] for name in calls for label in checkouts}
+    other_env = {**env, **dict(pair.split("=", 1) for pair in args.other_env)}
     with (
         gunicorn(env, args.workers, checkouts["this"]) as this,
-        gunicorn(env, args.workers, checkouts["other"]) as other,
+        gunicorn(other_env, args.workers, checkouts["other"]) as other,
     ):
         ports = {"this": this, "other": other}
         for port in ports.values():  # warm up every worker of both
@@ -112,6 +115,7 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--other-env", nargs="*", default=[], metavar="NAME=VALUE")
     args = parser.parse_args()
 
     database_url = os.environ.get(
@@ -130,7 +134,8 @@ def main() -> int:
     checkouts = {"this": ROOT, "other": args.against.resolve()}
     rounds = run(env, checkouts, calls, args)
     print(
-        f"this checkout {ROOT} vs {checkouts['other']}: gunicorn {args.workers} workers each,"
+        f"this checkout {ROOT} vs {checkouts['other']} {' '.join(args.other_env)}:"
+        f" gunicorn {args.workers} workers each,"
         f" Redis cache, {args.clients} client processes, {args.rounds} x {args.seconds:g}s rounds"
     )
     print(
