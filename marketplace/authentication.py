@@ -1,9 +1,7 @@
 """`Authorization: Bearer <api key>` for programs. Session auth covers web pages."""
 
-import contextlib
 import hmac
 
-from django.db import connections, router, transaction
 from rest_framework import authentication, exceptions
 
 from marketplace import api_key_cache
@@ -65,26 +63,15 @@ class ApiKeyUser:
         return self.username
 
 
-@contextlib.contextmanager
-def unrevoked_key_held(request):
-    """A transaction in which the caller's API key (if it came with one) is share-locked while
-    unrevoked: a revocation (an UPDATE of the row) waits for the write inside to commit, and
-    a key revoked since it authenticated is refused (401) before anything is written. FOR
-    SHARE, not select_for_update's FOR UPDATE: one key's concurrent writes do not queue
-    behind each other's commits. Without an API key, no transaction of its own."""
+def require_unrevoked_key(request) -> None:
+    """Before a write that must not follow the caller's API key's revocation (a quote): the
+    key read again, 401 if it was revoked since it authenticated. The check and the write
+    each see committed data: a revocation that commits between them orders the write before
+    it, as one statement's snapshot would (no lock: one key's concurrent writes do not queue
+    behind each other). Nothing to check without an API key."""
     api_key = getattr(request.user, "api_key", None)
     if api_key is None:
-        yield
         return
-    alias = router.db_for_write(ApiKey)
-    unrevoked = ApiKey.objects.using(alias).filter(pk=api_key.pk, revoked_at__isnull=True)
-    sql, params = unrevoked.values_list("pk").query.sql_with_params()
-    connection = connections[alias]
-    lock = " FOR SHARE" if connection.vendor == "postgresql" else ""  # SQLite: one writer
-    with transaction.atomic(using=alias):
-        with connection.cursor() as cursor:
-            cursor.execute(sql + lock, params)
-            active = cursor.fetchone() is not None
-        if not active:
-            raise exceptions.AuthenticationFailed(REVOKED)
-        yield
+    if not ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).exists():
+        api_key_cache.forget()  # this process's copy is stale: every process reads it again
+        raise exceptions.AuthenticationFailed(REVOKED)
