@@ -12,6 +12,7 @@ from django.db.models.functions import Cast
 
 from marketplace.audit import public_label
 from marketplace.compiled_sql import CompiledQuery
+from marketplace.pagination import CompiledCursorSource
 from orders.models import AMOUNT, HOURS, Order, OrderEvent, Quote
 
 
@@ -164,6 +165,17 @@ _ORDER_OF_ORGANIZATION = CompiledQuery(
     ).order_by()[:1],
     organization_id="uuid",
     order_id="uuid",
+)
+
+
+# An organization's orders as order_rows, for the cursor pagination to page through: each
+# page's statement (ordering, cursor position, LIMIT/OFFSET) compiled once per shape. The list
+# without filters; the tenant is a parameter of every shape.
+ORDER_PAGES = CompiledCursorSource(
+    lambda organization_id: order_rows(Order.objects.filter(organization_id=organization_id)),
+    model=Order,
+    position="created_at",
+    organization_id="uuid",
 )
 
 

@@ -1,7 +1,9 @@
-"""The order list's cursor pages (DRF's CursorPagination over order_rows): every order of the
-caller once, forwards and back, despite tied creation moments; only the caller's orders."""
+"""The order list without filters pages through statements compiled once per shape
+(orders.representations.ORDER_PAGES under DRF's own CursorPagination): the same pages, `next`
+and `previous` links as the ORM's queryset, only the caller's orders, in the same statements."""
 
 import base64
+import uuid
 from datetime import timedelta
 from urllib.parse import parse_qs, urlsplit
 
@@ -10,13 +12,15 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from marketplace.pagination import CompiledCursorSource
 from orders.models import Order
+from orders.representations import ORDER_PAGES, order_rows
 from tests.factories import OrderFactory
 
 pytestmark = pytest.mark.django_db
 
-# a filter that keeps every order: the list through django-filter's queryset
-FILTERED = "created_after=2000-01-01T00:00:00Z"
+# a filter that keeps every order: the list takes the ORM's path (django-filter's queryset)
+ORM_PATH = "created_after=2000-01-01T00:00:00Z"
 
 
 def _orders_with_ties(organization, count=11) -> list[Order]:
@@ -46,27 +50,41 @@ def _walk(client, url, direction="next"):
 
 
 @pytest.mark.parametrize("page_size", [1, 2, 3, 4, 50])
-def test_every_order_once_forwards_and_backwards(customer, other_customer, page_size):
+def test_pages_and_links_equal_the_orms_forwards_and_backwards(customer, other_customer, page_size):
     # given a customer's orders with tied creation moments, and another customer's
     mine = {str(order.id) for order in _orders_with_ties(customer.organization)}
     _orders_with_ties(other_customer.organization)
-    # when the list is walked forwards to its end, plain and through a filter keeping all
-    pages = _walk(customer.client, f"/api/v1/orders?page_size={page_size}")
-    filtered = _walk(customer.client, f"/api/v1/orders?page_size={page_size}&{FILTERED}")
-    # then every order of the caller appears once, newest first, no other, alike both ways
-    seen = [order["id"] for results, _, _ in pages for order in results]
-    assert sorted(seen) == sorted(mine) and len(seen) == len(set(seen))
-    assert [results for results, _, _ in pages] == [results for results, _, _ in filtered]
-    # and walking back from the last page by the previous links gives the rest, once each
-    last_previous = pages[-1][2]
+    ORDER_PAGES._shapes.clear()
+    # when both paths walk the list forwards to its end
+    compiled = _walk(customer.client, f"/api/v1/orders?page_size={page_size}")
+    orm = _walk(customer.client, f"/api/v1/orders?page_size={page_size}&{ORM_PATH}")
+    # then the pages and their cursors are the same, every order of the caller once, no other
+    assert compiled == orm
+    seen = [order["id"] for results, _, _ in compiled for order in results]
+    assert sorted(seen) == sorted(mine)
+    assert ORDER_PAGES._shapes, "the compiled path was not taken"
+    # and walking back from the last page by the previous links agrees too
+    last_previous = compiled[-1][2]
     if last_previous is not None:
         back = _walk(
+            customer.client, f"/api/v1/orders?page_size={page_size}&cursor={last_previous}"
+        )
+        back_orm = _walk(
+            customer.client,
+            f"/api/v1/orders?page_size={page_size}&{ORM_PATH}&cursor={last_previous}",
+        )
+        assert back == back_orm
+        back_all = _walk(
             customer.client,
             f"/api/v1/orders?page_size={page_size}&cursor={last_previous}",
             direction="previous",
         )
-        back_seen = [order["id"] for results, _, _ in back for order in results]
-        assert back_seen and set(back_seen) <= mine
+        back_all_orm = _walk(
+            customer.client,
+            f"/api/v1/orders?page_size={page_size}&{ORM_PATH}&cursor={last_previous}",
+            direction="previous",
+        )
+        assert back_all == back_all_orm
 
 
 def test_another_tenants_cursor_shows_only_the_callers_orders(customer, other_customer):
@@ -97,10 +115,48 @@ def test_the_page_is_one_statement_with_the_tenant_as_a_parameter(customer, othe
         }
 
 
-def test_a_garbled_cursor_position_is_a_400(customer):
+def test_a_garbled_cursor_position_answers_as_the_orms_path(customer):
     OrderFactory(organization=customer.organization)
     cursor = base64.b64encode(b"p=not-a-moment").decode()
-    plain = customer.client.get(f"/api/v1/orders?cursor={cursor}")
-    filtered = customer.client.get(f"/api/v1/orders?cursor={cursor}&{FILTERED}")
-    assert plain.status_code == filtered.status_code == 400
-    assert plain.json() == filtered.json()
+    compiled = customer.client.get(f"/api/v1/orders?cursor={cursor}")
+    orm = customer.client.get(f"/api/v1/orders?cursor={cursor}&{ORM_PATH}")
+    assert compiled.status_code == orm.status_code == 400
+    assert compiled.json() == orm.json()
+
+
+def test_the_compiled_source_refuses_what_it_does_not_compile():
+    source = ORDER_PAGES.bind(organization_id=uuid.uuid4())
+    with pytest.raises(TypeError):
+        list(source.order_by("-created_at"))  # unbounded
+    with pytest.raises(TypeError):
+        source.order_by("-created_at").filter(status="paid")
+    with pytest.raises(TypeError):
+        source.filter(created_at__lt="2026-01-01 00:00:00+00:00")  # before the ordering
+    with pytest.raises(TypeError):
+        source.order_by("-created_at")[0:5].order_by("id")
+    with pytest.raises(TypeError):
+        ORDER_PAGES.bind(organization=uuid.uuid4())
+
+
+def test_shapes_beyond_the_bound_are_compiled_for_their_request_only(customer):
+    OrderFactory.create_batch(3, organization=customer.organization)
+    source = CompiledCursorSource(
+        lambda organization_id: order_rows(Order.objects.filter(organization_id=organization_id)),
+        model=Order,
+        position="created_at",
+        max_shapes=2,
+        organization_id="uuid",
+    )
+    expected = list(
+        order_rows(Order.objects.filter(organization=customer.organization)).order_by(
+            "-created_at", "-id"
+        )
+    )
+    for stop in (1, 2, 3, 4):
+        rows = list(
+            source.bind(organization_id=customer.organization.pk).order_by("-created_at", "-id")[
+                0:stop
+            ]
+        )
+        assert rows == expected[:stop]
+    assert len(source._shapes) == 2
