@@ -116,6 +116,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--other-env", nargs="*", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--only", nargs="*", default=[], help="endpoints whose name holds this")
     args = parser.parse_args()
 
     database_url = os.environ.get(
@@ -131,6 +132,8 @@ def main() -> int:
     }
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     calls = endpoints(*seed(env))
+    if args.only:
+        calls = {name: call for name, call in calls.items() if any(o in name for o in args.only)}
     checkouts = {"this": ROOT, "other": args.against.resolve()}
     rounds = run(env, checkouts, calls, args)
     print(
