@@ -7,8 +7,8 @@ Starts the local S3 server on loopback, uploads --episodes episodes of --frames 
 LeRobot v3.0 delivery (reading each episode from S3 by byte range, writing data files,
 metadata, card and manifest, uploading the tree) in a child process, twice: with a tenth
 of the episodes and with all of them, printing wall time and the child's peak RSS for
-each, so the memory bound shows as a ratio. Finally presigns --links GET URLs and prints
-links/s.
+each, so the memory bound shows as a ratio (goal: flat, at most 1.5x for 10x the episodes;
+exits 1 otherwise, bench/gates.py). Finally presigns --links GET URLs and prints links/s.
 """
 
 import argparse
@@ -22,6 +22,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.gates import Gates  # noqa: E402
+
+FLAT_GOAL = 1.5  # peak RSS of all episodes / of a tenth of them
 
 
 def setup_django(s3_settings: dict) -> None:
@@ -129,7 +133,14 @@ def main() -> int:
             )
         elapsed = time.perf_counter() - started
         print(f"signed links: {args.links} in {elapsed:.2f}s = {args.links / elapsed:.0f} links/s")
-    return 0
+    gates = Gates()
+    gates.at_most(
+        f"peak RSS {args.episodes} / {max(1, args.episodes // 10)} episodes",
+        large / small,
+        FLAT_GOAL,
+        "x",
+    )
+    return gates.exit_code()
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.gates import Gates  # noqa: E402
 from bench.loadgen import ensure_database, gunicorn  # noqa: E402
 from local_s3 import launcher  # noqa: E402
 
@@ -365,10 +366,9 @@ def main() -> int:
     for label, measured in rounds.items():
         print(f"== QA worker: {label}")
         ratios[label] = report(measured, args.seconds)
-    ratio = ratios["this checkout"]
-    verdict = "OK" if ratio >= GATE else "BELOW THE GATE"
-    print(f"this checkout: QA / bare decode, per core, {ratio:.2f}x (gate >= {GATE}x): {verdict}")
-    return 0 if ratio >= GATE else 1
+    gates = Gates()
+    gates.at_least("this checkout: QA / bare decode, per core", ratios["this checkout"], GATE, "x")
+    return gates.exit_code()
 
 
 def measure(args, env: dict, places: list[Path], codes: dict, tmp: Path) -> dict:

@@ -8,7 +8,8 @@ Recreates the PostgreSQL database BENCH_LOAD_DATABASE_URL (default
 postgres://postgres@127.0.0.1:5432/marketplace_load_bench; dropped and created each run),
 seeds a world (6 customers with 50 orders each, 4 fleet operators with 3 sites each, jobs,
 about 2,900 episodes, deliveries), starts the local S3 server (episode registration presigns
-uploads) and gunicorn (bench.settings: no throttling, plus /bench/bare) on 127.0.0.1, and
+uploads) and gunicorn (bench.settings: no throttling, plus /bench/bare; its cache on Redis as
+in production: BENCH_REDIS_URL, default redis://127.0.0.1:6379/14) on 127.0.0.1, and
 runs locust headless: for each endpoint, and then for all of them at once ("mixed"), a bare
 run and then the endpoint's run (--seconds each, --users concurrent users, closed loop).
 Prints per endpoint: requests/s, p50, p99, errors, the ratio of its requests/s to the bare
@@ -38,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.load_scenarios import ENDPOINTS, user_class_name  # noqa: E402
-from bench.loadgen import gunicorn, server_cpu_seconds  # noqa: E402
+from bench.loadgen import ensure_redis, gunicorn, server_cpu_seconds  # noqa: E402
 
 CUSTOMERS, ORDERS_PER_CUSTOMER = 6, 50
 FLEET_OPERATORS, SITES_PER_FLEET = 4, 3
@@ -376,6 +377,8 @@ def main() -> int:
             **os.environ,
             **s3.settings(),
             "DATABASE_URL": database_url,
+            # the production checklist's cache: Redis (BENCH_REDIS_URL, DB 14 by default)
+            "REDIS_URL": ensure_redis(),
             "DJANGO_SETTINGS_MODULE": "bench.settings",
             "PYTHONPATH": str(ROOT),
             # Tasks enqueued by the writes (after commit) go to a filesystem broker of this run.

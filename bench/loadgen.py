@@ -34,9 +34,35 @@ def ensure_database(url: str) -> None:
             conn.execute(f'CREATE DATABASE "{name}"')
 
 
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
+
+
+def ensure_redis(url: str = REDIS_URL) -> str:
+    """The production checklist's cache (CACHES on Redis): Redis on loopback answering at
+    `url`, started as .ci/run starts it when it does not answer. Returns `url`."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        client.ping()
+        return url
+    except redis.ConnectionError:
+        pass
+    server = ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "--port", "6379"]
+    subprocess.run([*server, "--save", "", "--appendonly", "no"], check=True)
+    for _ in range(30):
+        try:
+            client.ping()
+            return url
+        except redis.ConnectionError:
+            time.sleep(0.5)
+    raise SystemExit(f"Redis did not answer at {url}")
+
+
 @contextmanager
-def gunicorn(env: dict, workers: int = 2):
-    """bench.wsgi on a free loopback port; yields the port; stopped on exit."""
+def gunicorn(env: dict, workers: int = 2, root: Path = ROOT):
+    """bench.wsgi of the checkout at `root` on a free loopback port; yields the port; stopped
+    on exit."""
     port = free_port()
     server = subprocess.Popen(
         [
@@ -51,8 +77,8 @@ def gunicorn(env: dict, workers: int = 2):
             "--log-level",
             "warning",
         ],
-        cwd=ROOT,
-        env=env,
+        cwd=root,
+        env={**env, "PYTHONPATH": str(root)},
         start_new_session=True,
     )
     try:
@@ -105,52 +131,63 @@ def database_cpu_seconds(database: str) -> float:
     return cpu_seconds(f" {database} ".encode())  # "postgres: 15/main: user db host(port) ..."
 
 
-def _client(port, path, body, headers, expected, seconds, out) -> None:
-    latencies, errors = [], 0
+def _client(port, method, path, body, headers, expected, seconds, out) -> None:
+    latencies, errors, unexpected = [], 0, {}
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         started = time.perf_counter()
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            conn.request("POST", path, body, {"Content-Type": "application/json", **headers})
+            conn.request(method, path, body, {"Content-Type": "application/json", **headers})
             response = conn.getresponse()
             response.read()
             conn.close()
-            errors += response.status != expected
-        except OSError:
+            if response.status != expected:
+                errors += 1
+                unexpected[response.status] = unexpected.get(response.status, 0) + 1
+        except OSError as exc:
             errors += 1
+            unexpected[type(exc).__name__] = unexpected.get(type(exc).__name__, 0) + 1
         latencies.append(time.perf_counter() - started)
-    out.put((latencies, errors))
+    out.put((latencies, errors, unexpected))
 
 
-def post_load(
+def post_load(port: int, path: str, body: str, *, expected: int = 201, **load) -> dict:
+    """`clients` processes POST `body` to `path` for `seconds`: requests/s, p50/p99, errors."""
+    return http_load(port, "POST", path, body, expected=expected, **load)
+
+
+def http_load(
     port: int,
+    method: str,
     path: str,
-    body: str,
+    body: str | None,
     *,
     seconds: float,
     clients: int,
     headers: dict | None = None,
-    expected: int = 201,
+    expected: int = 200,
 ) -> dict:
-    """`clients` processes POST `body` to `path` for `seconds`: requests/s, p50/p99, errors."""
+    """`clients` processes send `method` `path` (with `body`) for `seconds`: requests/s,
+    p50/p99, errors (answers other than `expected`)."""
     queue = multiprocessing.Queue()
-    procs = [
-        multiprocessing.Process(
-            target=_client, args=(port, path, body, headers or {}, expected, seconds, queue)
-        )
-        for _ in range(clients)
-    ]
+    args = (port, method, path, body, headers or {}, expected, seconds, queue)
+    procs = [multiprocessing.Process(target=_client, args=args) for _ in range(clients)]
     for proc in procs:
         proc.start()
     results = [queue.get(timeout=seconds + 60) for _ in procs]
     for proc in procs:
         proc.join(timeout=10)
-    latencies = sorted(lat for lats, _ in results for lat in lats)
+    latencies = sorted(lat for lats, _, _ in results for lat in lats)
+    unexpected: dict = {}
+    for _, _, answers in results:
+        for answer, count in answers.items():
+            unexpected[answer] = unexpected.get(answer, 0) + count
     return {
         "requests": len(latencies),
         "rps": len(latencies) / seconds,
         "p50_ms": statistics.median(latencies) * 1000,
         "p99_ms": latencies[max(int(len(latencies) * 0.99) - 1, 0)] * 1000,
-        "errors": sum(err for _, err in results),
+        "errors": sum(err for _, err, _ in results),
+        "unexpected": unexpected,  # answer (status or exception) -> count, when not `expected`
     }

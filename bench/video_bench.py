@@ -11,8 +11,9 @@ PyAV-encoded videos, uploaded under every episode's keys). Then, each in a child
 camera order (videos streamed from S3 to temporary files, lerobot_videos, LeRobotWriter,
 card, manifest, upload): a tenth of the episodes and all of them with an H.264 order
 (videos remuxed), and --reencode episodes with an AV1 order (videos re-encoded). Prints wall
-time and peak RSS per run, the memory ratio (goal: flat, under 600 MB) and the re-encode /
-remux time ratio over the same episodes.
+time and peak RSS per run, the memory ratio (goal: flat, at most 1.5x for 10x the episodes,
+and under 600 MB; exits 1 otherwise, bench/gates.py) and the re-encode / remux time ratio
+over the same episodes.
 """
 
 import argparse
@@ -26,6 +27,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.gates import Gates  # noqa: E402
+
+PEAK_MB_GOAL = 600  # the largest assembly's peak RSS
+FLAT_GOAL = 1.5  # peak RSS of all episodes / of a tenth of them
 
 CAMERAS = ["observation.images.scene", "observation.images.wrist"]
 DISTINCT_VIDEOS = 4
@@ -203,7 +209,12 @@ def main() -> int:
             f" {len(CAMERAS)} cameras: x{encode['wall'] / remux['wall']:.1f}"
             f" ({encode['wall']:.1f} s vs {remux['wall']:.1f} s)"
         )
-    return 0
+    gates = Gates()
+    gates.at_most(f"peak RSS, {args.episodes} episodes", high["peak"], PEAK_MB_GOAL, " MB")
+    gates.at_most(
+        f"peak RSS {args.episodes} / {small} episodes", high["peak"] / low["peak"], FLAT_GOAL, "x"
+    )
+    return gates.exit_code()
 
 
 if __name__ == "__main__":

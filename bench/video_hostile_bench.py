@@ -36,6 +36,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.gates import Gates  # noqa: E402
+
 RSS_LIMIT_BYTES = 400 * 1024**2
 CPU_SHARE_LIMIT = 0.5
 FPS = 30
@@ -198,14 +202,11 @@ def main() -> int:
         print(f"an episode of {args.seconds:g} s: {rows} rows at {FPS} fps")
         print(f"{'file':<36} {'MB':>9} {'CPU s':>8} {'wall s':>8} {'RSS MB':>8}  verdict")
         results = measure(folder, rows)
-    over = [r for r in results if r[2] > CPU_SHARE_LIMIT * args.seconds or r[4] >= RSS_LIMIT_BYTES]
-    cpu_limit = CPU_SHARE_LIMIT * args.seconds
-    limit = f"CPU <= {cpu_limit:g} s ({CPU_SHARE_LIMIT}x the duration), RSS < 400 MB"
-    if over:
-        print(f"GATE ({limit}) missed by: {', '.join(r[0] for r in over)}")
-        return 1
-    print(f"GATE ({limit}): every file within it")
-    return 0
+    gates = Gates()
+    for name, _, cpu, _, rss, *_ in results:
+        gates.at_most(f"{name} CPU", cpu, CPU_SHARE_LIMIT * args.seconds, " s")
+        gates.at_most(f"{name} peak RSS", rss / 2**20, RSS_LIMIT_BYTES / 2**20, " MB")
+    return gates.exit_code()
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ Encodes one synthetic camera video per size and codec (moving scene, PyAV), then
 the same local file, best of --repeat alternating runs: the bare loop (open, decode every
 frame, nothing else) and the full per-file video QA (qa_video_checks.check_video_file:
 header checks, every frame decoded, timestamps, black/frozen measure). Prints decoded
-frames/s of each and their ratio (goal: QA >= 0.8x the bare decode). One process, one worker.
+frames/s of each and their ratio (goal: QA >= 0.8x the bare decode; exits 1 below it, see
+bench/gates.py). One process, one worker.
 """
 
 import argparse
@@ -17,6 +18,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.gates import Gates  # noqa: E402
+
+GOAL = 0.8  # QA decodes at least this share of the bare loop's frames/s
 
 
 def bare_decode(path: Path) -> int:
@@ -86,8 +91,9 @@ def main() -> int:
                 worst = ratio if worst is None else min(worst, ratio)
                 label = f"{codec} {size} x{args.frames}"
                 print(f"{label:<22} {bare:>10.0f} {qa:>10.0f} {ratio:>6.2f}x")
-    print(f"worst ratio {worst:.2f}x (goal >= 0.80x): {'OK' if worst >= 0.8 else 'BELOW GOAL'}")
-    return 0
+    gates = Gates()
+    gates.at_least("worst QA / bare decode ratio", worst, GOAL, "x")
+    return gates.exit_code()
 
 
 if __name__ == "__main__":

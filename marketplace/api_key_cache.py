@@ -15,11 +15,8 @@ Two modes, chosen by whether the default cache is shared between processes:
   from this process's memory, for at most API_KEY_CACHE_SECONDS; what can change on it while
   a client waits (the webhook URL) is read from the database where it is shown.
 
-In both modes a key that authenticated is also held (`held`) for the views whose one write
-checks the key itself (marketplace/authentication.py, `KeyCheckedInWrite`: a quote's INSERT
-stores its row only while the key is unrevoked, `still_active`): for those, a held key costs
-no statement and no shared-cache read of its own, and revocation is still refused at once,
-by the write.
+A write that must not happen once the key is revoked, even by a revocation that commits
+while the request runs, locks the key's row first (authentication.unrevoked_key_held).
 
 Only keys that authenticated are kept (a wrong secret is never cached, so it always reaches the
 database and the hash comparison); `created_by` is not loaded (nothing on the request path
@@ -35,7 +32,7 @@ from django.core.cache import cache
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 
-from marketplace.compiled_sql import CompiledQuery, Exists
+from marketplace.compiled_sql import CompiledQuery
 from marketplace.models import ApiKey, Organization
 
 VERSION_KEY = "marketplace:api_keys:version"
@@ -54,13 +51,6 @@ _organization_of: dict[str, object] = {}
 # the key by its prefix, as `.first()` would read it: compiled once (marketplace/compiled_sql.py)
 _KEY_BY_PREFIX = CompiledQuery(
     lambda prefix: ApiKey.objects.filter(prefix=prefix).order_by("pk")[:1], prefix="str"
-)
-# the key still there and unrevoked: the condition a write checks it by (still_active)
-_KEY_ACTIVE = CompiledQuery(
-    lambda key_id: (
-        ApiKey.objects.filter(pk=key_id, revoked_at__isnull=True).order_by().values("pk")
-    ),
-    key_id="uuid",
 )
 
 
@@ -101,28 +91,6 @@ def lookup(prefix: str, hashed_key: str) -> ApiKey | None:
                 _keys.clear()
             _keys[(prefix, hashed_key)] = (version, now, api_key)
     return api_key
-
-
-def held(prefix: str, hashed_key: str) -> ApiKey | None:
-    """The key with this prefix and secret as it authenticated in this process within
-    API_KEY_CACHE_SECONDS, without reading it again (no statement, no shared-cache read), or
-    None. Not proof that it is still unrevoked: only for a write that checks `still_active`."""
-    entry = _keys.get((prefix, hashed_key))
-    if entry is None or time.monotonic() - entry[1] >= settings.API_KEY_CACHE_SECONDS:
-        return None
-    return entry[2]
-
-
-def still_active(api_key: ApiKey) -> Exists:
-    """The condition that the key is still there and unrevoked, for CompiledInsert.save."""
-    return Exists(_KEY_ACTIVE, key_id=api_key.pk)
-
-
-def drop(api_key: ApiKey) -> None:
-    """Forget this process's copy of one key (its write found it revoked)."""
-    with _lock:
-        for held_key in [k for k in _keys if k[0] == api_key.prefix]:
-            del _keys[held_key]
 
 
 def _fresh_organization(organization_id, version: int, now: float, ttl: float):

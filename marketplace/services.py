@@ -113,7 +113,7 @@ def api_key_touch(*, api_key: ApiKey, min_interval_seconds: int = 60) -> None:
     if api_key.last_used_at is not None and api_key.last_used_at >= cutoff:
         return  # fresh as just read: no UPDATE round trip on every request
     stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=cutoff)
-    # unrevoked only: a key taken unread (authentication.KeyCheckedInWrite) may be revoked
+    # unrevoked only: a key revoked since this request read it stays as revoked
     ApiKey.objects.filter(stale, pk=api_key.pk, revoked_at__isnull=True).update(last_used_at=now)
     # recorded, or already recorded within the minute by another process (a copy held in this
     # process would otherwise try again on every request until it is read anew)

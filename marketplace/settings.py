@@ -109,6 +109,16 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Django's backend, its health check a poll of the socket instead of SELECT 1
     DATABASES["default"]["ENGINE"] = "marketplace.postgresql"
+    # psycopg prepares a statement on its connection once it ran this many times there
+    # (parsed and planned once, then only the values are sent); values bound by the server.
+    # "off" for a pooler that cannot keep prepared statements (PgBouncer in transaction mode).
+    _PREPARE_THRESHOLD = os.environ.get("DATABASE_PREPARE_THRESHOLD", "5")
+    if _PREPARE_THRESHOLD.lower() != "off":
+        DATABASES["default"]["OPTIONS"] = {
+            **DATABASES["default"].get("OPTIONS", {}),
+            "server_side_binding": True,
+            "prepare_threshold": int(_PREPARE_THRESHOLD),
+        }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Web server and Celery worker share the file: wait for locks instead of failing.
     DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}

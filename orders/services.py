@@ -9,7 +9,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from marketplace.audit import actor_label as label_of
-from marketplace.compiled_sql import CompiledInsert, Exists
 from marketplace.errors import Conflict, NotFound, ServiceError, invalid
 from marketplace.tenancy import Caller
 from marketplace.transitions import require_transition
@@ -201,17 +200,10 @@ def _priced_quote(*, organization, request: DatasetRequest) -> Quote:
     )
 
 
-_INSERT_QUOTE = CompiledInsert(Quote)
-
-
-def quote_create(*, organization, request: DatasetRequest, only_if: Exists | None = None):
-    """Price a request with the rate card in force and store it until it expires. With
-    `only_if` (a caller's API key still unrevoked), stored only if that holds, checked in the
-    same INSERT: None when it did not, and nothing was stored."""
+def quote_create(*, organization, request: DatasetRequest) -> Quote:
+    """Price a request with the rate card in force and store it until it expires."""
     quote = _priced_quote(organization=organization, request=request)
-    # quote.save(force_insert=True), its INSERT compiled once
-    if not _INSERT_QUOTE.save(quote, only_if=only_if):
-        return None
+    quote.save(force_insert=True)
     return quote
 
 

@@ -22,11 +22,10 @@ then replaced by Django's timezone as Django's loader does
 
 import functools
 import select
-import sys
 
 import psycopg
 import psycopg.types.datetime
-from django.db.backends.postgresql import base, operations
+from django.db.backends.postgresql import base
 from psycopg import adapt, pq
 
 _TIMESTAMPTZ_OID = psycopg.adapters.types["timestamptz"].oid
@@ -56,82 +55,7 @@ def _adapters_with_c_tzloader(template: adapt.AdaptersMap, timezone) -> adapt.Ad
     return adapters
 
 
-# While a PreparingCursor runs a statement, psycopg prepares one run this many times without
-# being asked: never, in practice
-ONLY_WHEN_ASKED = sys.maxsize
-
-
-class PreparingCursor(base.ServerBindingCursor):
-    """Django's server-binding cursor, each statement it runs prepared on its connection
-    (psycopg's `prepare=True`): parsed and planned by PostgreSQL once per connection, then
-    only the values are sent. Django turns psycopg's preparing off for the connection
-    (`prepare_threshold` None, for connection poolers): it is turned on only while this cursor
-    runs a statement, so no other statement is counted or prepared."""
-
-    def execute(self, query, params=None, *, prepare=True, binary=None):
-        connection = self.connection
-        if connection.prepare_threshold is not None or not prepare:
-            return super().execute(query, params, prepare=prepare, binary=binary)
-        connection.prepare_threshold = ONLY_WHEN_ASKED
-        try:
-            return super().execute(query, params, prepare=True, binary=binary)
-        finally:
-            connection.prepare_threshold = None
-
-
-class KeptPreparingCursor(PreparingCursor):
-    """A PreparingCursor that a wrapper's close() leaves open, reused for its connection's
-    life (DatabaseWrapper.prepared_cursor); it goes with its connection."""
-
-    timezone = None
-
-    def close(self):
-        pass
-
-
-class DatabaseOperations(operations.DatabaseOperations):
-    def last_executed_query(self, cursor, sql, params):
-        # logged (DEBUG, captured queries) as Django logs a server-binding connection's
-        if isinstance(cursor, PreparingCursor):  # kept ones included
-            try:
-                return self.compose_sql(sql, params)
-            except psycopg.errors.DataError:
-                return None
-        return super().last_executed_query(cursor, sql, params)
-
-
 class DatabaseWrapper(base.DatabaseWrapper):
-    ops_class = DatabaseOperations
-
-    def prepared_cursor(self):
-        """A cursor as `cursor()` gives it (health check, execute wrappers, query log, errors
-        wrapped), but its parameters bound by the server instead of quoted into the text by
-        psycopg, and its statements prepared once per connection: psycopg keeps their names
-        per connection, so a new connection (after a dropped one) prepares them again, and a
-        rollback deallocates them. OPTIONS `prepare_threshold` set to None (a pooler that
-        cannot keep prepared statements) turns it into `cursor()`.
-
-        The psycopg cursor under it is kept for the connection's life (closing the wrapper
-        leaves it open): each new cursor would set up its adapters again, a dumper per type
-        of value, which costs a hot insert more than binding its values."""
-        options = self.settings_dict["OPTIONS"]
-        if "prepare_threshold" in options and options["prepare_threshold"] is None:
-            return self.cursor()
-        self.close_if_health_check_failed()
-        self.ensure_connection()
-        kept = self._kept_cursor
-        if kept is None or kept.connection is not self.connection or kept.timezone != self.timezone:
-            with self.wrap_database_errors:
-                kept = KeptPreparingCursor(self.connection)
-                kept.timezone = self.timezone
-                tzloader = self.connection.adapters.get_loader(_TIMESTAMPTZ_OID, pq.Format.TEXT)
-                if self.timezone != tzloader.timezone:
-                    base.register_tzloader(self.timezone, kept)
-            self._kept_cursor = kept
-        return self._prepare_cursor(kept)
-
-    _kept_cursor = None
-
     def get_connection_params(self):
         params = super().get_connection_params()
         if HAS_C_TIMESTAMPTZ and "context" in params:

@@ -1,7 +1,8 @@
 """The cheap API-key lookup (marketplace/api_key_cache.py): one SELECT of the key without joins
 per request on the embedded cache, none on a warm key with a shared cache, and revocation
 refused on the very next request in both, from another server process included. A quote
-(authentication.KeyCheckedInWrite) reads no key at all once held: its INSERT checks it."""
+reads its key again before it stores anything (authentication.require_unrevoked_key): a
+key revoked while the request runs stores no quote."""
 
 import json
 import os
@@ -23,7 +24,7 @@ from tests.celery_worker import wait_for
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]
-REDIS_DB = 13
+REDIS_DB = int(os.environ.get("TEST_REDIS_DB", "13"))  # flushed by these tests
 REDIS_CACHE = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
@@ -215,7 +216,7 @@ def test_without_a_shared_cache_a_key_revoked_elsewhere_stores_no_quote_in_any_p
     assert Quote.objects.filter(organization=customer.organization).count() == stored
 
 
-# --- A quote's INSERT checks the key itself (authentication.KeyCheckedInWrite) ---------------
+# --- A quote reads its key again before it stores (authentication.require_unrevoked_key) ---
 
 
 def _quote(client, body=None):
@@ -230,79 +231,62 @@ def _revoked_behind_this_process(api_key):
 
 
 @pytest.mark.parametrize("shared", [False, True])
-def test_a_held_keys_quote_is_one_statement_that_checks_the_key(customer, shared, request):
+def test_a_key_revoked_while_the_quote_is_read_stores_no_quote(
+    customer, shared, request, monkeypatch
+):
+    from orders import api
     from orders.models import Quote
 
     if shared:
         request.getfixturevalue("redis_cache")
-    first, sqls = _quote(customer.client)  # read as usual (and recorded as used): then held
-    assert first.status_code == 201 and len(_key_selects(sqls)) == 1
-    # when: the next quote with the same key
-    response, sqls = _quote(customer.client)
-    # then: one statement, the INSERT, which stores the quote only while the key is unrevoked
-    assert response.status_code == 201, response.json()
-    (insert,) = sqls
-    assert insert.startswith('INSERT INTO "orders_quote"')
-    assert 'WHERE EXISTS (SELECT "marketplace_apikey"."id"' in insert
-    assert '"marketplace_apikey"."revoked_at" IS NULL' in insert
-    stored = Quote.objects.get(pk=response.json()["id"])
-    assert stored.organization_id == customer.organization.id
-    assert str(stored.total) == response.json()["total"]
-
-
-@pytest.mark.parametrize("shared", [False, True])
-def test_a_held_key_revoked_elsewhere_stores_no_quote_and_is_refused(customer, shared, request):
-    from orders.models import Quote
-
-    if shared:
-        request.getfixturevalue("redis_cache")
-    assert _quote(customer.client)[0].status_code == 201  # held from here on
+    assert _quote(customer.client)[0].status_code == 201  # the key warm, held where it is
     before = Quote.objects.count()
-    _revoked_behind_this_process(customer.api_key)
-    # when: a quote with the held key
+    read = api._dataset_request
+
+    def revoked_meanwhile(data):
+        # after the key authenticated, before the quote is stored: revoked by another process
+        _revoked_behind_this_process(customer.api_key)
+        return read(data)
+
+    monkeypatch.setattr(api, "_dataset_request", revoked_meanwhile)
+    # when: a quote whose key is revoked while the request runs
     response, sqls = _quote(customer.client)
-    # then: 401 in the one error shape, the write stored nothing, the copy is dropped
+    # then: 401 in the one error shape, nothing stored, the key read again before any INSERT
     assert response.status_code == 401
     assert set(response.json()) == ERROR_KEYS
     assert response.json()["message"] == "This API key has been revoked."
     assert response.headers["WWW-Authenticate"] == "Bearer"
     assert Quote.objects.count() == before
-    assert [sql for sql in sqls if sql.startswith("INSERT")] != []  # refused by the write
-    assert api_key_cache.held(customer.api_key.prefix, customer.api_key.hashed_key) is None
-    # and again: read as usual now, refused before any write
-    response, sqls = _quote(customer.client)
-    assert response.status_code == 401 and Quote.objects.count() == before
     assert [sql for sql in sqls if sql.startswith("INSERT")] == []
 
 
-def test_a_held_key_revoked_elsewhere_gets_its_401_on_a_request_that_writes_nothing(customer):
-    assert _quote(customer.client)[0].status_code == 201
-    bad = {**QUOTE, "hours": "-3"}
-    # a live key's invalid request: 400, the key read before the answer leaves
-    response, sqls = _quote(customer.client, bad)
-    assert response.status_code == 400 and len(_key_selects(sqls)) == 1
-    _revoked_behind_this_process(customer.api_key)
-    # when: the same invalid request with the revoked key, then: 401, not 400
-    response, sqls = _quote(customer.client, bad)
-    assert response.status_code == 401
-    assert response.json()["message"] == "This API key has been revoked."
-    assert len(_key_selects(sqls)) == 1
-
-
-def test_a_held_key_is_not_taken_by_other_endpoints_nor_after_its_time(customer, settings):
-    assert _quote(customer.client)[0].status_code == 201  # held
-    _revoked_behind_this_process(customer.api_key)
-    # an endpoint whose effect is not the checked write reads the key: refused
-    assert customer.client.get("/api/v1/me").status_code == 401
-    # a key held longer than API_KEY_CACHE_SECONDS is read again
-    settings.API_KEY_CACHE_SECONDS = 0
-    assert api_key_cache.held(customer.api_key.prefix, customer.api_key.hashed_key) is None
-
-
-def test_a_wrong_secret_never_takes_the_held_key(customer):
+def test_a_live_keys_quote_is_stored_for_its_organization(customer):
     from orders.models import Quote
 
-    assert _quote(customer.client)[0].status_code == 201  # the real key is held
+    response, _ = _quote(customer.client)
+    assert response.status_code == 201, response.json()
+    stored = Quote.objects.get(pk=response.json()["id"])
+    assert stored.organization_id == customer.organization.id
+    assert str(stored.total) == response.json()["total"]
+
+
+def test_a_key_revoked_elsewhere_is_refused_before_the_request_is_read(customer):
+    from orders.models import Quote
+
+    assert _quote(customer.client)[0].status_code == 201
+    before = Quote.objects.count()
+    _revoked_behind_this_process(customer.api_key)
+    # when: an invalid request with the revoked key, then: 401, not 400, nothing stored
+    response, _ = _quote(customer.client, {**QUOTE, "hours": "-3"})
+    assert response.status_code == 401
+    assert response.json()["message"] == "This API key has been revoked."
+    assert Quote.objects.count() == before
+
+
+def test_a_wrong_secret_stores_no_quote(customer):
+    from orders.models import Quote
+
+    assert _quote(customer.client)[0].status_code == 201  # the real key authenticated
     before = Quote.objects.count()
     prefix = customer.api_key.prefix
     secret = customer.raw_key.split("_", 2)[2]
