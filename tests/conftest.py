@@ -13,8 +13,22 @@ from marketplace.celery import app as celery_app
 from marketplace.models import Membership, Organization
 from orders import catalog
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
+from tests.faults import figures as fault_figures
 
 pytest_plugins = ["tests.celery_worker", "tests.datasets.helpers"]
+
+
+def pytest_sessionfinish(session):
+    fault_figures.hand_over(session.config)  # in an xdist worker, to the controller
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook, in its controller
+def pytest_testnodedown(node, error):
+    fault_figures.take_over(node)
+
+
+def pytest_terminal_summary(terminalreporter):
+    fault_figures.report(terminalreporter)
 
 
 @contextmanager

@@ -122,7 +122,14 @@ class Command(BaseCommand):
         return {
             "worker": [*celery, "worker", "--loglevel", "INFO", "-Q", WORKER_QUEUES, "-c", "2"],
             "beat": [*celery, "beat", "--loglevel", "INFO", "--schedule", str(beat_schedule)],
-            "web": [sys.executable, "manage.py", "runserver", f"{host}:{port}", "--noreload"],
+            "web": [
+                sys.executable,
+                "manage.py",
+                "runserver",
+                f"{host}:{port}",
+                "--noreload",
+                "--skip-checks",
+            ],
         }
 
     def _any_exited(self, children: list[subprocess.Popen]) -> bool:
