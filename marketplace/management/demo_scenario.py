@@ -296,7 +296,7 @@ def _wait_until_settled(order_id: str, *, deadline: float, log) -> None:
             Order.Status.REFUNDED,
         ):
             return
-        time.sleep(1)
+        time.sleep(0.25)
 
 
 def _verify(api: Api, delivery_id: str, result: DemoResult) -> int:
