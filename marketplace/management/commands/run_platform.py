@@ -173,7 +173,8 @@ class Command(BaseCommand):
         configs = demo_scenario.fleet_configs(
             Path(settings.DATA_DIR) / "demo", base_url, defect_rate=defect_rate
         )
-        if not _wait_http(f"{base_url}/healthz", 60):
+        # (a bound, not a pause: on a 2-core machine busy with other work, 60 s was too short)
+        if not _wait_http(f"{base_url}/healthz", 180):
             self.stderr.write("the web server did not come up")
             return 1
         agents = demo_scenario.start_agents(configs, max_seconds=timeout + 60 if once else 86400)
