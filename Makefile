@@ -10,6 +10,11 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/marketplace
+# Parallel test workers (pytest-xdist), each with its own database, RabbitMQ vhost, ports and
+# temporary folders; tests sharing one resource carry an xdist_group (tests/README.md).
+# PYTEST_WORKERS=0 runs the suite in one process.
+PYTEST_WORKERS ?= 2
+PYTEST_PARALLEL := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup)
 PYTEST_ARGS ?=
 FLOWER_PORT ?= 5555
 
@@ -42,8 +47,8 @@ migrate: setup-run
 	$(BIN)/python manage.py migrate --no-input
 
 # ONCE=1: play the demo scenario once and exit 0 only if the delivery verifies.
+# (--demo seeds the demo accounts itself, once the web server is up.)
 run: migrate
-	$(BIN)/python manage.py seed_demo
 	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(BIN)/python manage.py run_platform --host $(HOST) \
 		--port $(PORT) --demo $(if $(ONCE),--once)
 
@@ -59,7 +64,7 @@ lint: setup
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
 test: lint
-	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(BIN)/pytest $(PYTEST_ARGS)
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(BIN)/pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) var

@@ -3,6 +3,10 @@
 import os
 
 from celery import Celery
+from kombu.transport import TRANSPORT_ALIASES
+
+# `filesystem://` (the embedded broker) is kombu's transport with atomic files (broker.py).
+TRANSPORT_ALIASES["filesystem"] = "marketplace.broker:Transport"
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "marketplace.settings")
 

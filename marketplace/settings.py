@@ -226,6 +226,10 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "processed_folder": str(BROKER_DIR / "processed"),
         "store_processed": False,
         "control_folder": str(BROKER_DIR / "control"),
+        # An idle worker looks for new message files this often (kombu's default is 1 s, a
+        # second added to every hop of the demo's order-to-delivery chain); a look is one
+        # directory listing per queue.
+        "polling_interval": float(os.environ.get("CELERY_BROKER_POLL_SECONDS", "0.1")),
     }
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     # Redis redelivers a message not acknowledged within this time to another worker: it

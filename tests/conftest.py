@@ -13,8 +13,42 @@ from marketplace.celery import app as celery_app
 from marketplace.models import Membership, Organization
 from orders import catalog
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
+from tests.faults import figures as fault_figures
 
 pytest_plugins = ["tests.celery_worker", "tests.datasets.helpers"]
+
+
+# The longest tests (minutes each, --durations) start first: under pytest-xdist each worker
+# takes one of them at once and the short tests fill in around them, instead of the two demos
+# queueing at the end of the collection on one worker while the other idles.
+LONGEST_FIRST = (
+    "tests/test_demo.py::",
+    "tests/security/test_api_fuzz.py::test_every_operation_survives_fuzzing",
+    "tests/fleets/test_worker.py::test_sigkill_mid_dispatch",
+    "tests/marketplace/test_run_platform.py::",
+    "tests/marketplace/test_migrations.py::test_every_app_migrates_to_zero",
+)
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item) -> int:  # in LONGEST_FIRST's order, then the collection's (a stable sort)
+        starts = [i for i, prefix in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix)]
+        return starts[0] if starts else len(LONGEST_FIRST)
+
+    items.sort(key=rank)
+
+
+def pytest_sessionfinish(session):
+    fault_figures.hand_over(session.config)  # in an xdist worker, to the controller
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook, in its controller
+def pytest_testnodedown(node, error):
+    fault_figures.take_over(node)
+
+
+def pytest_terminal_summary(terminalreporter):
+    fault_figures.report(terminalreporter)
 
 
 @contextmanager

@@ -147,7 +147,11 @@ class JobFactory(factory.django.DjangoModelFactory):
         skip_postgeneration_save = True
 
     order = factory.SubFactory(OrderFactory, status=Order.Status.IN_COLLECTION)
-    sequence = factory.Sequence(lambda n: n + 1)
+    # From 1000 up: tests give a job of the same order a small sequence of their own (1, 2, 3,
+    # 99), which this process-wide counter reached at some point of a run, so the unique
+    # (order, sequence) failed whenever a test happened to run at that count (an xdist worker
+    # ran test_delivery_pages' pilot at 99).
+    sequence = factory.Sequence(lambda n: n + 1000)
     environment_index = 0
     embodiment = factory.LazyAttribute(lambda j: j.order.embodiment)
     end_effector = "parallel_gripper"
@@ -179,7 +183,7 @@ class CompletedJobFactory(factory.django.DjangoModelFactory):
         skip_postgeneration_save = True
 
     order = factory.SubFactory(OrderFactory)
-    sequence = factory.Sequence(lambda n: n + 1)
+    sequence = factory.Sequence(lambda n: n + 1000)  # as JobFactory's: clear of tests' own
     environment_index = 0
     embodiment = factory.LazyFunction(lambda: Embodiment.objects.get(slug="franka-fr3"))
     end_effector = "parallel_gripper"

@@ -1,8 +1,8 @@
 """Fault tests: a real worker, broker, database and S3 server, with one thing broken at a time.
 
 Each test records its figures (recovery time, tasks published / completed / duplicated);
-they are printed at the end of the run and written as JSON to $FAULT_REPORT_JSON if set
-(bench/fault_report.py runs these tests and prints the table).
+they are printed at the end of the run and written as JSON to $FAULT_REPORT_JSON if set,
+with pytest-xdist too (figures.py; bench/fault_report.py runs these tests and prints the table).
 """
 
 import json
@@ -20,29 +20,17 @@ from datasets.episode_format import episode_table, parquet_bytes
 from datasets.models import Episode
 from tests.celery_worker import Worker, publishing_to
 from tests.datasets.helpers import Collection, put
+from tests.faults.figures import FIGURES
 from tests.faults.private_rabbit import PrivateRabbit
 from tests.faults.s3_proxy import FaultyS3Proxy
-
-FIGURES: list[dict] = []
 
 
 @pytest.fixture
 def figures(request):
-    """figures["key"] = value; kept with the test's name for the report."""
+    """figures["key"] = value; kept with the test's name for the report (figures.py)."""
     record: dict = {"test": request.node.name}
     yield record
     FIGURES.append(record)
-
-
-def pytest_terminal_summary(terminalreporter):
-    if not FIGURES:
-        return
-    terminalreporter.section("fault figures")
-    for record in FIGURES:
-        details = ", ".join(f"{k}={v}" for k, v in record.items() if k != "test")
-        terminalreporter.write_line(f"{record['test']}: {details}")
-    if os.environ.get("FAULT_REPORT_JSON"):
-        Path(os.environ["FAULT_REPORT_JSON"]).write_text(json.dumps(FIGURES, indent=2))
 
 
 class Stopwatch:

@@ -176,7 +176,11 @@ def test_a_request_whose_connection_died_answers_503_in_the_error_shape(customer
     other = connections.create_connection("default")
     try:
         with other.cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+            # wait (up to 5 s) until the backend has exited, as terminate_backends() does:
+            # without it the request below raced the termination (it could meet the backend
+            # still alive, or dying mid-query)
+            cursor.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
+            assert cursor.fetchone()[0] is True
     finally:
         other.close()
     # when

@@ -46,6 +46,9 @@ DATA = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 RSS_LIMIT_MIB = 300  # the readers' own imports take ~120 MiB
 
+# the module-scoped recordings are made once: its tests share one xdist worker
+pytestmark = pytest.mark.xdist_group("import-hostile")
+
 
 def outcome(source: Path, mapping) -> tuple[list[Recording], list[str]]:
     """What the reader made of `source`: the recordings, and every error (the source's own,

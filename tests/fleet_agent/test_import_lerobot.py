@@ -17,6 +17,9 @@ from tests.datasets import lerobot_loader
 from tests.datasets.videos import decode, encode
 from tests.fleet_agent.import_files import SCENE, WRIST, read_all, spec, write_lerobot
 
+# the module-scoped recordings are made once: its tests share one xdist worker
+pytestmark = pytest.mark.xdist_group("import-lerobot")
+
 LENGTHS = [45, 46, 40]
 
 

@@ -22,6 +22,9 @@ from tests.fleet_agent.import_files import (
     write_mcap,
 )
 
+# the module-scoped recordings are made once: its tests share one xdist worker
+pytestmark = pytest.mark.xdist_group("import-mcap")
+
 
 def mapping(**source):
     return parse_mapping({"job": "j", "format": "mcap", "source": {**MCAP_SOURCE, **source}})

@@ -22,7 +22,8 @@ from marketplace import api_key_cache, services
 from marketplace.models import ApiKey
 from tests.celery_worker import wait_for
 
-pytestmark = pytest.mark.django_db
+# Redis DB 13 is flushed by these tests: they run in one xdist worker (tests/README.md).
+pytestmark = [pytest.mark.django_db, pytest.mark.xdist_group("redis-db-13")]
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_DB = int(os.environ.get("TEST_REDIS_DB", "13"))  # flushed by these tests
 REDIS_CACHE = {

@@ -94,9 +94,9 @@ def _watch_a_task(worker: Worker, tmp_path: Path) -> dict:
     try:
         wait_for(flower.reachable, 60, "Flower to listen")
         # Flower lists a worker once it has answered a broadcast inspect; each inspect reply
-        # (active_queues among them) can arrive in a later round on a slow machine, and on
-        # the filesystem broker a reply read while it is being written fails once ("Inspect
-        # method active_queues failed: Expecting value"): ?refresh=1 inspects again each poll.
+        # (active_queues among them) can arrive in a later round on a slow machine:
+        # ?refresh=1 inspects again each poll. (On the filesystem broker a torn reply table
+        # once failed a round; marketplace/broker.py writes tables whole.)
         workers = wait_for(
             lambda: {
                 name: info

@@ -45,7 +45,8 @@ from tests.security.world import (
 )
 from tests.web import test_url_map as url_map
 
-pytestmark = pytest.mark.django_db
+# the module's `world` is built once: its tests share one xdist worker
+pytestmark = [pytest.mark.django_db, pytest.mark.xdist_group("authorization-matrix")]
 
 
 @pytest.fixture(scope="module")

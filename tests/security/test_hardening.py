@@ -255,6 +255,7 @@ def test_api_keys_stop_working_when_their_creator_leaves_or_is_deactivated(custo
 # --- Shared throttle counters --------------------------------------------------------------------
 
 
+@pytest.mark.xdist_group("redis-db-14")  # flushes Redis DB 14 (tests/README.md)
 @pytest.mark.django_db(transaction=True)
 def test_throttle_counters_are_shared_by_every_server_process_with_redis(tmp_path):
     import redis

@@ -31,6 +31,7 @@ NEEDS_CHROMIUM = pytest.mark.skipif(
 
 pytestmark = [
     NEEDS_CHROMIUM,
+    pytest.mark.xdist_group("browser"),  # one Chromium at a time (tests/README.md)
     # live_server runs in another thread: data must be committed to be seen there.
     pytest.mark.django_db(transaction=True),
 ]

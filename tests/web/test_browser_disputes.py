@@ -22,6 +22,7 @@ expect = playwright_sync.expect
 
 pytestmark = [
     NEEDS_CHROMIUM,
+    pytest.mark.xdist_group("browser"),  # one Chromium at a time (tests/README.md)
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("eager_celery"),
 ]

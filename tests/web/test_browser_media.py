@@ -18,7 +18,11 @@ from tests.web.test_episode_media import accepted_episode
 playwright_sync = pytest.importorskip("playwright.sync_api")
 expect = playwright_sync.expect
 
-pytestmark = [NEEDS_CHROMIUM, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    NEEDS_CHROMIUM,
+    pytest.mark.xdist_group("browser"),  # one Chromium at a time (tests/README.md)
+    pytest.mark.django_db(transaction=True),
+]
 
 
 def test_the_poster_is_shown_and_the_clip_plays(live_server, new_page, s3, customer):

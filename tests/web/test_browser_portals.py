@@ -38,7 +38,11 @@ from tests.web.test_browser import (  # noqa: F401  (fixtures)
 playwright_sync = pytest.importorskip("playwright.sync_api")
 expect = playwright_sync.expect
 
-pytestmark = [NEEDS_CHROMIUM, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    NEEDS_CHROMIUM,
+    pytest.mark.xdist_group("browser"),  # one Chromium at a time (tests/README.md)
+    pytest.mark.django_db(transaction=True),
+]
 
 PASSWORD = "pw-for-tests-123"  # tests.factories.UserFactory's
 PHONE = {"width": 390, "height": 844}
