@@ -14,7 +14,12 @@ from datasets.claim_models import (  # noqa: F401 (models of this app)
     Recollection,
     Remedy,
 )
-from datasets.duplicate_models import EpisodeFingerprint, EpisodeTrajectory  # noqa: F401
+from datasets.duplicate_models import (  # noqa: F401
+    EpisodeFingerprint,
+    EpisodeTrajectory,
+    EpisodeVideoFingerprint,
+    EpisodeVideoSignature,
+)
 from fleets.models import Fleet, Job, Operator, Robot, Site
 from marketplace.audit import AppendOnlyModel, actor_label
 from orders.models import Order

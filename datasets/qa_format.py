@@ -167,6 +167,7 @@ class QAResult:
     quality_score: float | None = None
     fingerprints: tuple = ("", "")
     signature: object = None  # datasets.qa_duplicates.Signature of a passing trajectory
+    video_signatures: dict = field(default_factory=dict)  # camera_key -> Signature (its digests)
 
     @property
     def passed(self) -> bool:

@@ -96,6 +96,7 @@ def video_limits(deadline: float | None = None) -> VideoLimits:
         cpu_seconds_base=settings.EPISODE_QA_VIDEO_CPU_SECONDS_BASE,
         cpu_seconds_per_second=settings.EPISODE_QA_VIDEO_CPU_SECONDS_PER_SECOND,
         deadline=deadline,
+        fingerprint=settings.EPISODE_QA_VIDEO_DUPLICATES,
     )
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 import av
 import numpy as np
 
+from datasets.qa_duplicates import trajectory_signature
 from datasets.qa_format import QAResult, Reason
 from datasets.qa_video_container import read_layout
 
@@ -37,6 +38,7 @@ AV1_DECODERS = {"libdav1d", "libaom-av1", "av1"}  # names PyAV may report for an
 TIMESTAMP_TOLERANCE_S = 1e-4  # lerobot's: frame i must be within this of i / fps
 MP4_DEMUXER = "mp4"  # forced when opening: FFmpeg never guesses the format from the bytes
 MOV_DEMUXER_NAME = "mov,mp4,m4a,3gp,3g2,mj2"  # the demuxer that name opens, as PyAV reports it
+DIGEST_SIDE = 4  # a measured frame's fingerprint digest: its luma in DIGEST_SIDE^2 blocks
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class VideoLimits:
     cpu_seconds_per_second: float = 0.3  # ... this per second of its declared duration
     deadline: float | None = None  # time.monotonic() after which decoding stops
     cpu_deadline: float | None = None  # time.process_time() after which decoding stops
+    fingerprint: bool = False  # keep each measured frame's 4x4 luma digest (near-duplicates)
 
 
 def with_decode_budget(limits: VideoLimits, *, frames: int, fps: int) -> VideoLimits:
@@ -114,6 +117,7 @@ class _Decoded:
     stopped: str = ""  # why decoding stopped early: one of STOPPED's keys
     size: tuple[int, int] = (0, 0)  # the header's width and height
     other_size: tuple[int, int] = (0, 0)  # a frame's size other than the header's
+    digests: list = field(default_factory=list)  # each measured frame's 4x4 luma means / 255
 
 
 def _codec_name(stream) -> str:
@@ -173,7 +177,12 @@ def check_video_file(
     if not decoded.stopped and declared and decoded.frames < declared:
         decoded.stopped = "decode"  # the index lists frames the file no longer holds: cut
     measure.frames, measure.stopped = decoded.frames, decoded.stopped
+    failures = len(result.failures)
     _decoded_checks(decoded, expected, limits, result)
+    if limits.fingerprint and len(result.failures) == failures and len(decoded.digests) > 1:
+        # the digests as a 16-element "state" at the measured rate: the trajectory's signature
+        rate = expected.fps / max(1, expected.fps // max(1, limits.measures_per_second))
+        result.video_signatures[camera] = trajectory_signature(np.array(decoded.digests), rate)
     return measure
 
 
@@ -304,6 +313,7 @@ class _StillMeasure:
         self.black_sum, self.dark_sum = limits.black_luma, limits.dark_luma
         self.bright_sum, self.frozen_sum = limits.bright_luma, limits.frozen_difference
         self.anchor = None
+        self.fingerprint = limits.fingerprint
 
     def see(self, frame, index: int, decoded: _Decoded) -> None:
         if index % self.every:
@@ -327,6 +337,8 @@ class _StillMeasure:
         decoded.frozen.see(still, every)
         if not still:
             self.anchor = grid
+        if self.fingerprint:
+            decoded.digests.append(_digest(grid))
 
 
 def _luma_grid(frame, step: int) -> np.ndarray:
@@ -337,6 +349,19 @@ def _luma_grid(frame, step: int) -> np.ndarray:
         plane = frame.planes[0]
     rows = np.frombuffer(plane, dtype=np.uint8).reshape(-1, plane.line_size)
     return rows[: frame.height : step, : frame.width : step].astype(np.int32)
+
+
+def _digest(grid: np.ndarray) -> np.ndarray:
+    """The luma grid's means over DIGEST_SIDE x DIGEST_SIDE blocks of the picture (values in
+    [0, 1]): what a re-encode or noise barely changes, and the picture's motion does."""
+    tall, wide = grid.shape[0] // DIGEST_SIDE, grid.shape[1] // DIGEST_SIDE
+    if not tall or not wide:
+        return np.zeros(DIGEST_SIDE * DIGEST_SIDE)
+    blocks = grid[: tall * DIGEST_SIDE, : wide * DIGEST_SIDE].reshape(
+        DIGEST_SIDE, tall, DIGEST_SIDE, wide
+    )  # sums, not means (half the cost), scaled once
+    sums = np.add.reduce(np.add.reduce(blocks, axis=3), axis=1).ravel()
+    return sums * (1 / (255.0 * tall * wide))
 
 
 def _stopped_failure(decoded: _Decoded, expected, limits: VideoLimits) -> tuple[str, str]:

@@ -443,6 +443,9 @@ EPISODE_QA_JERK_REFERENCE = float(os.environ.get("EPISODE_QA_JERK_REFERENCE", "1
 # Near-duplicates of an accepted episode in another order are refused too (within the order
 # always).
 EPISODE_QA_PLATFORM_DUPLICATES = env_bool("EPISODE_QA_PLATFORM_DUPLICATES", True)
+# Per-camera video fingerprints: a camera video already accepted, sent again under a new
+# episode (over another trajectory), is refused near_duplicate too.
+EPISODE_QA_VIDEO_DUPLICATES = env_bool("EPISODE_QA_VIDEO_DUPLICATES", True)
 # Operator outliers within an order (datasets/operator_figures.py): among operators with at
 # least MIN_EPISODES checked episodes, flagged when the mean quality score is below RATIO x
 # the order's median, or the acceptance rate more than GAP below the order's median.

@@ -23,7 +23,14 @@ from datasets.qa_checks import EpisodeExpectation, QAResult, Reason
 from datasets.qa_content import ContentThresholds
 from datasets.qa_sandbox import StoredVideo, check_stored_episode_bounded
 from datasets.services.delivery_versions import delivery_start
-from datasets.services.duplicates import lock_signatures, near_duplicate, record_signature
+from datasets.services.duplicates import (
+    VIDEO_LOCK_CLASS,
+    lock_signatures,
+    near_duplicate,
+    record_signature,
+    record_video_signatures,
+    video_near_duplicate,
+)
 from datasets.services.episode_files import video_stored_key
 from datasets.services.episodes import WORKING_JOB_STATES, stored_key_for
 from fleets.models import Job
@@ -211,6 +218,8 @@ def episode_record_qa(
         episode.save()
         if result.signature is not None:
             record_signature(episode, result.signature)
+        if _video_signatures(result):
+            record_video_signatures(episode, result.video_signatures)
         _accrue(episode, order=order, job=job)
     return episode
 
@@ -256,6 +265,22 @@ def _near_duplicate(episode: Episode, result: QAResult) -> Episode | None:
     return near_duplicate(episode, result.signature)
 
 
+def _video_signatures(result: QAResult) -> dict:
+    """The cameras' signatures QA computed (none when EPISODE_QA_VIDEO_DUPLICATES is off)."""
+    if not settings.EPISODE_QA_VIDEO_DUPLICATES:
+        return {}
+    return result.video_signatures
+
+
+def _video_near_duplicate(episode: Episode, result: QAResult) -> Episode | None:
+    """Lock, then look up each camera's video (the lock is held until the decision commits)."""
+    signatures = _video_signatures(result)
+    if not signatures:
+        return None
+    lock_signatures(next(iter(signatures.values())).dim, VIDEO_LOCK_CLASS)
+    return video_near_duplicate(episode, signatures)
+
+
 def _refuse_if_not_countable(*, episode: Episode, job: Job, result: QAResult) -> None:
     if job.status == Job.Status.CANCELLED:
         result.fail(
@@ -276,6 +301,13 @@ def _refuse_if_not_countable(*, episode: Episode, job: Job, result: QAResult) ->
             Reason.NEAR_DUPLICATE,
             "The same trajectory (or a part of it, shifted, cut or resampled) was already"
             " accepted: a re-submitted demonstration does not count again.",
+        )
+    elif (twin := _video_near_duplicate(episode, result)) is not None:
+        episode.near_duplicate_of_id = twin.id  # named to staff only, as above
+        result.fail(
+            Reason.NEAR_DUPLICATE,
+            "A camera video (or a part of it) was already accepted with another episode: a"
+            " re-submitted recording does not count again.",
         )
     elif job.accepted_seconds >= job.target_seconds:
         result.fail(

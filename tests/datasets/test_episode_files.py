@@ -173,7 +173,7 @@ def test_large_videos_upload_in_parts(
     settings.EPISODE_MULTIPART_THRESHOLD_BYTES = 12_000
     settings.EPISODE_MULTIPART_PART_BYTES = 6_000
     data, _ = files
-    videos = {SCENE: encode_mp4(count=60, seed=3), WRIST: encode_mp4(count=60, seed=4)}
+    videos = {SCENE: encode_mp4(count=75, seed=3), WRIST: encode_mp4(count=75, seed=4)}
     assert all(len(v) > 12_000 for v in videos.values()), [len(v) for v in videos.values()]
     assert len(data) < 12_000
     body = collection.register(data, videos=declared(videos)).json()
@@ -231,7 +231,7 @@ def test_an_abandoned_episode_aborts_its_videos_multipart_uploads(
     settings.EPISODE_MULTIPART_THRESHOLD_BYTES = 12_000
     settings.EPISODE_MULTIPART_PART_BYTES = 6_000
     data, _ = files
-    videos = {SCENE: encode_mp4(count=60, seed=3), WRIST: encode_mp4(count=60, seed=4)}
+    videos = {SCENE: encode_mp4(count=75, seed=3), WRIST: encode_mp4(count=75, seed=4)}
     body = collection.register(data, videos=declared(videos)).json()
     Episode.objects.filter(pk=body["id"]).update(
         upload_expires_at=timezone.now() - timedelta(days=1)
@@ -253,7 +253,7 @@ def test_completing_an_already_completed_multipart_upload_again_is_harmless(
     settings.EPISODE_MULTIPART_THRESHOLD_BYTES = 12_000
     settings.EPISODE_MULTIPART_PART_BYTES = 6_000
     data, _ = files
-    videos = {SCENE: encode_mp4(count=60, seed=3), WRIST: encode_mp4(count=60, seed=4)}
+    videos = {SCENE: encode_mp4(count=75, seed=3), WRIST: encode_mp4(count=75, seed=4)}
     body = collection.register(data, videos=declared(videos)).json()
     by_camera = uploads_by_camera(body["upload"])
     assert put(body["upload"], data) == 200

@@ -16,16 +16,20 @@ CODECS = {"h264": "libx264", "av1": "libsvtav1", "hevc": "libx265", "mpeg4": "mp
 
 
 def moving_frames(count: int, width: int, height: int, seed: int = 0):
-    """A lit scene with a square crossing it and sensor noise: never black, never frozen."""
+    """A lit scene with a square crossing it and sensor noise: never black, never frozen. The
+    square's speed, path and start depend on the seed, so distinct seeds are distinct videos
+    (QA refuses a camera video already accepted: datasets/qa_video_checks.py)."""
     rng = np.random.default_rng(seed)
+    speed, period = rng.uniform(3, 11), rng.uniform(3, 9)
+    start, phase = rng.uniform(0, width), rng.uniform(0, 2 * np.pi)
     ys, xs = np.mgrid[0:height, 0:width]
     base = np.stack(
         [80 + 60 * xs / width, 90 + 50 * ys / height, np.full(xs.shape, 120.0)], axis=-1
     )
     for index in range(count):
         frame = base + rng.normal(0, 3, base.shape)
-        x = int((index * 7) % max(1, width - 40))
-        y = int(height // 3 + 20 * np.sin(index / 5))
+        x = int((start + index * speed) % max(1, width - 40))
+        y = int(height // 3 + 20 * np.sin(index / period + phase))
         frame[y : y + 40, x : x + 40] = (240, 230, 90)  # bright: it shows in luma
         yield np.clip(frame, 0, 255).astype(np.uint8)
 
