@@ -53,6 +53,13 @@ DUPLICATE_SHARE = 0.5
 MIN_VOTES = 2  # keys a candidate must share (at one offset) to be aligned at all
 MAX_SEGMENTS = 40  # judged at most (evenly spread): the decision's time stays bounded
 MOVING_SPREAD = 1e-3  # a segment whose elements all move less than this (units) is not judged
+# Camera videos (their 4x4 block-luma digests in [0, 1] as the "state"): a turning point is a
+# swing of LIMITS_TURN_SHARE of half the luma range (0.02: 5 levels of 255), not of a block's
+# own range (a block the motion never crosses would turn on encoder noise); the distance is
+# in units of at least VIDEO_SPREAD of luma (not of a still block's tiny spread) and leaves
+# out each block's mean difference over a segment (a re-encode's or resize's brightness bias)
+VIDEO_LIMITS = ((0.0, 0.5),) * 16
+VIDEO_SPREAD = 0.03
 
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -267,18 +274,27 @@ def candidate_offsets(
     return [(episode, offset, count) for episode, (offset, count) in ranked if count >= MIN_VOTES]
 
 
-def repeats(new: np.ndarray, old: np.ndarray, offset: int) -> bool:
+def repeats(
+    new: np.ndarray,
+    old: np.ndarray,
+    offset: int,
+    *,
+    spread: float = MOVING_SPREAD,
+    centred: bool = False,
+) -> bool:
     """Whether at least DUPLICATE_SHARE of the new samples' moving segments match the old
     samples at an offset within SEARCH_SECONDS of `offset` (samples); stops as soon as the
-    answer is known."""
+    answer is known. `spread`: the least per-element scale, and the least swing of a segment
+    that moves; `centred`: each element's mean difference over a segment is left out (a
+    constant offset, as a re-encode's brightness bias, is no difference)."""
     new, old = np.asarray(new, dtype=np.float64), np.asarray(old, dtype=np.float64)
     if new.shape[1] != old.shape[1] or len(old) < 2:
         return False
-    scale = np.maximum(new.std(axis=0), MOVING_SPREAD)
+    scale = np.maximum(new.std(axis=0), spread)
     length = min(len(new), round(SEGMENT_SECONDS * SAMPLE_HZ))
     count = len(new) // length
     segments = new[: count * length].reshape(count, length, -1)
-    moving = np.flatnonzero(np.ptp(segments, axis=1).max(axis=1) >= MOVING_SPREAD)
+    moving = np.flatnonzero(np.ptp(segments, axis=1).max(axis=1) >= spread)
     if len(moving) > MAX_SEGMENTS:  # a long episode: judged on segments spread over it
         moving = moving[
             np.unique(np.linspace(0, len(moving) - 1, MAX_SEGMENTS).round().astype(int))
@@ -287,7 +303,7 @@ def repeats(new: np.ndarray, old: np.ndarray, offset: int) -> bool:
     matched = failed = 0
     for number in moving:
         if (
-            _segment_distance(segments[number], number * length, old, offset, scale)
+            _segment_distance(segments[number], number * length, old, offset, scale, centred)
             <= MATCH_DISTANCE
         ):
             matched += 1
@@ -298,23 +314,23 @@ def repeats(new: np.ndarray, old: np.ndarray, offset: int) -> bool:
     return bool(len(moving)) and matched >= needed
 
 
-def _segment_distance(segment, start, old, offset, scale) -> float:
+def _segment_distance(segment, start, old, offset, scale, centred=False) -> float:
     """The smallest RMS distance (in units of `scale`) between the segment and the old samples
     at start + a shift within SEARCH_SECONDS of offset: every whole sample first, then around
     the best in OFFSET_STEP steps (the old samples linearly interpolated)."""
     reach = round(SEARCH_SECONDS * SAMPLE_HZ)
     coarse = offset + np.arange(-reach, reach + 1, dtype=np.float64)
-    best, at = _distances(segment, start, old, coarse, scale)
+    best, at = _distances(segment, start, old, coarse, scale, centred)
     if at is None:
         return np.inf
     fine = at + np.arange(-1, 1 + 1e-9, OFFSET_STEP * SAMPLE_HZ)
-    finer, _ = _distances(segment, start, old, fine, scale)
+    finer, _ = _distances(segment, start, old, fine, scale, centred)
     return min(best, finer)
 
 
-def _distances(segment, start, old, shifts, scale) -> tuple[float, float | None]:
+def _distances(segment, start, old, shifts, scale, centred=False) -> tuple[float, float | None]:
     """The smallest distance over the shifts that keep the segment within the old episode,
-    and its shift (None when none does)."""
+    and its shift (None when none does); centred: less each element's mean difference."""
     at = start + np.arange(len(segment))[None, :] + shifts[:, None]  # shifts x length
     inside = (at[:, 0] >= 0) & (at[:, -1] <= len(old) - 1)
     if not inside.any():
@@ -325,6 +341,8 @@ def _distances(segment, start, old, shifts, scale) -> tuple[float, float | None]
     weight = (at - low)[..., None]
     interpolated = old[low] * (1 - weight) + old[high] * weight  # shifts x length x D
     difference = (interpolated - segment[None]) / scale
+    if centred:
+        difference = difference - difference.mean(axis=1, keepdims=True)
     squares = np.einsum("slk,slk->s", difference, difference)
     best = int(squares.argmin())
     return float(np.sqrt(squares[best] / segment.size)), float(shifts[best])

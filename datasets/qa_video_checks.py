@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 import av
 import numpy as np
 
-from datasets.qa_duplicates import trajectory_signature
+from datasets.qa_duplicates import VIDEO_LIMITS, trajectory_signature
 from datasets.qa_format import QAResult, Reason
 from datasets.qa_video_container import read_layout
 
@@ -182,7 +182,9 @@ def check_video_file(
     if limits.fingerprint and len(result.failures) == failures and len(decoded.digests) > 1:
         # the digests as a 16-element "state" at the measured rate: the trajectory's signature
         rate = expected.fps / max(1, expected.fps // max(1, limits.measures_per_second))
-        result.video_signatures[camera] = trajectory_signature(np.array(decoded.digests), rate)
+        result.video_signatures[camera] = trajectory_signature(
+            np.array(decoded.digests), rate, VIDEO_LIMITS
+        )
     return measure
 
 

@@ -22,6 +22,7 @@ from datasets.models import (
 )
 from datasets.qa_duplicates import (
     VERSION,
+    VIDEO_SPREAD,
     Signature,
     candidate_offsets,
     repeats,
@@ -83,7 +84,9 @@ def record_signature(episode: Episode, signature: Signature) -> None:
 def video_near_duplicate(episode: Episode, signatures: dict[str, Signature]) -> Episode | None:
     """The accepted (or since excluded) episode one of whose camera videos (any camera) one of
     this episode's repeats, if any: the same lookup and alignment as the trajectory's, on the
-    videos' own keys and samples. The caller holds lock_signatures(dim, VIDEO_LOCK_CLASS)."""
+    videos' own keys and samples (distances in units of at least VIDEO_SPREAD of luma, each
+    block's brightness offset left out: a re-encoded or resized copy is found). The caller
+    holds lock_signatures(dim, VIDEO_LOCK_CLASS)."""
     for _, signature in sorted(signatures.items()):
         keys = sorted(set(signature.lookup.tolist()))
         hits = []
@@ -99,7 +102,7 @@ def video_near_duplicate(episode: Episode, signatures: dict[str, Signature]) -> 
             if stored.version != VERSION or stored.dim != signature.dim:
                 continue
             old = np.frombuffer(bytes(stored.samples), dtype=np.float32).reshape(-1, stored.dim)
-            if repeats(signature.samples, old, offset):
+            if repeats(signature.samples, old, offset, spread=VIDEO_SPREAD, centred=True):
                 return Episode.objects.only("id", "order_id").get(pk=stored.episode_id)
     return None
 

@@ -16,7 +16,7 @@ from datasets.services.exclusions import episodes_exclude
 from orders.models import Order
 from orders.streams import build_stream_spec
 from tests.datasets.helpers import Collection, complete, put
-from tests.datasets.videos import encode_mp4
+from tests.datasets.videos import encode_mp4, transcode
 from tests.factories import OrderFactory
 
 pytestmark = [
@@ -133,6 +133,34 @@ def test_an_excluded_episodes_video_is_refused_in_another_customers_order_under_
     assert str(first.order.id) not in shown
     fresh = send(elsewhere, 13, videos(204, 205), capture)
     assert fresh.status == Episode.Status.ACCEPTED, fresh.qa_failures
+
+
+def test_a_re_encoded_or_downscaled_copy_is_refused_and_distinct_videos_still_count(
+    fleet_operator, customer, django_capture_on_commit_callbacks
+):
+    """A copy re-encoded with another codec (H.264 -> AV1: each block's brightness shifts by
+    ~1.2 levels of 255) or halved (640x480 -> 320x240, H.264 again) is refused; videos of other
+    seeds (the same kind of scene and motion, the harder case) are not."""
+    capture = django_capture_on_commit_callbacks
+    collection = with_cameras(fleet_operator, customer)
+    first = {
+        SCENE: encode_mp4(count=FRAMES, seed=401),
+        WRIST: encode_mp4(count=FRAMES, seed=301, width=640, height=480),
+    }
+    original = send(collection, 31, first, capture)
+    assert original.status == Episode.Status.ACCEPTED, original.qa_failures
+    again = {SCENE: encode_mp4(count=FRAMES, seed=403), WRIST: transcode(first[SCENE])}
+    copy = send(collection, 32, again, capture)
+    assert rejected_as_copy(copy, original), (copy.status, copy.qa_failures)
+    smaller = {
+        SCENE: encode_mp4(count=FRAMES, seed=404),
+        WRIST: transcode(first[WRIST], codec="h264", half=True),
+    }
+    resized = send(collection, 33, smaller, capture)
+    assert rejected_as_copy(resized, original), (resized.status, resized.qa_failures)
+    for number, seed in enumerate((405, 407, 409)):  # each against every video stored before
+        fresh = send(collection, 34 + number, videos(seed, seed + 1), capture)
+        assert fresh.status == Episode.Status.ACCEPTED, (seed, fresh.qa_failures)
 
 
 def test_with_the_setting_off_videos_are_neither_fingerprinted_nor_looked_up(

@@ -131,3 +131,19 @@ def decode(path) -> list[tuple[float, np.ndarray]]:
     """Every frame of a (small) file: (time in seconds, RGB array)."""
     with av.open(str(path)) as container:
         return [(float(f.time), f.to_ndarray(format="rgb24")) for f in container.decode(video=0)]
+
+
+def transcode(data: bytes, *, codec: str = "av1", half: bool = False) -> bytes:
+    """The same pictures re-encoded with `codec` (a copy as a re-encode makes it), each frame
+    halved in both sides first when `half` (2x2 pixels averaged: 640x480 -> 320x240)."""
+    with av.open(io.BytesIO(data)) as container:
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    if half:
+        height, width = frames[0].shape[0] // 2 * 2, frames[0].shape[1] // 2 * 2
+        frames = [
+            f[:height, :width].reshape(height // 2, 2, width // 2, 2, 3).mean(axis=(1, 3))
+            for f in frames
+        ]
+        frames = [np.rint(f).astype(np.uint8) for f in frames]
+    height, width = frames[0].shape[:2]
+    return encode_mp4(frames, codec=codec, width=width, height=height)
