@@ -1,6 +1,7 @@
 """Per-camera video fingerprints (issue 28 item 5): a camera video already accepted, sent
 again under a new episode over another trajectory, is refused `near_duplicate` in its order,
-in another customer's order and when its episode was excluded since; the matching episode is
+in another customer's order and when its episode was excluded since, re-encoded with another
+codec or downscaled; distinct videos still count; the matching episode is
 named to staff only (Episode.near_duplicate_of). Real MP4s (PyAV), the real QA task and its
 sandbox, PostgreSQL."""
 
