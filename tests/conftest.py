@@ -5,6 +5,7 @@ from contextlib import contextmanager
 
 import pytest
 from django.core.cache import cache
+from pytest_django.plugin import blocking_manager_key
 from rest_framework.test import APIClient
 
 from local_s3 import launcher as local_s3
@@ -69,31 +70,44 @@ def eager_celery():
         yield
 
 
-def _is_transactional(request) -> bool:
-    marker = request.node.get_closest_marker("django_db")
+def _is_transactional(item) -> bool:
+    marker = item.get_closest_marker("django_db")
     return bool(
         (marker and marker.kwargs.get("transaction"))
-        or {"transactional_db", "live_server"} & set(request.fixturenames)
+        or {"transactional_db", "live_server"} & set(getattr(item, "fixturenames", ()))
     )
+
+
+def _seed_catalog_if_flushed() -> None:
+    """The catalog and rate card v1, as the data migrations seed them, if a flush emptied them."""
+    from django.apps import apps as django_apps
+
+    from orders.models import RateCard
+
+    if not RateCard.objects.exists():
+        importlib.import_module("orders.migrations.0002_seed_catalog").seed(django_apps, None)
+        importlib.import_module("orders.migrations.0005_stream_catalog").fill(django_apps, None)
+        importlib.import_module("orders.migrations.0006_seed_state_limits").seed(django_apps, None)
 
 
 @pytest.fixture(autouse=True)
 def _seeded_catalog(request):
-    """Transactional tests empty every table when they end, seeded catalog included; put the
-    catalog and rate card v1 back for the next one, as the data migration seeds them.
-    (serialized_rollback would too, but clashes with the content types a plain flush makes.)"""
-    if _is_transactional(request):
+    """Transactional tests start from the seeded catalog (serialized_rollback would too, but
+    clashes with the content types a plain flush makes)."""
+    if _is_transactional(request.node):
         request.getfixturevalue("transactional_db")
-        from django.apps import apps as django_apps
+        _seed_catalog_if_flushed()
 
-        from orders.models import RateCard
 
-        if not RateCard.objects.exists():
-            importlib.import_module("orders.migrations.0002_seed_catalog").seed(django_apps, None)
-            importlib.import_module("orders.migrations.0005_stream_catalog").fill(django_apps, None)
-            importlib.import_module("orders.migrations.0006_seed_state_limits").seed(
-                django_apps, None
-            )
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """A transactional test empties every table when it ends, seeded catalog included: put it
+    back at once, so the tests after it on this worker (any kind, in any order: LONGEST_FIRST
+    and xdist reorder them) find what the migrations seeded."""
+    yield
+    if _is_transactional(item):
+        with item.config.stash[blocking_manager_key].unblock():
+            _seed_catalog_if_flushed()
 
 
 @pytest.fixture(autouse=True)
