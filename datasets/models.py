@@ -20,7 +20,7 @@ from datasets.duplicate_models import (  # noqa: F401
     EpisodeVideoFingerprint,
     EpisodeVideoSignature,
 )
-from fleets.models import Fleet, Job, Operator, Robot, Site
+from fleets.models import Fleet, Job, Operator, OrderCell, Robot, Scene, Site
 from marketplace.audit import AppendOnlyModel, actor_label
 from orders.models import Order
 
@@ -49,6 +49,16 @@ class Episode(models.Model):
     task_instruction = models.CharField(max_length=500)
     success = models.BooleanField()
     objects_handled = models.JSONField(default=list, blank=True)
+    # The collection plan (issue 30): the scene recorded in (one of the site's), the
+    # calibration in force per camera ({camera: CameraCalibration id}) and, once accepted,
+    # the order's (environment, object) cell it counts in.
+    scene = models.ForeignKey(
+        Scene, null=True, blank=True, on_delete=models.PROTECT, related_name="episodes"
+    )
+    camera_calibrations = models.JSONField(default=dict, blank=True)
+    cell = models.ForeignKey(
+        OrderCell, null=True, blank=True, on_delete=models.PROTECT, related_name="episodes"
+    )
     fps = models.PositiveSmallIntegerField()
     size_bytes = models.BigIntegerField()
     sha256 = models.CharField(max_length=64)

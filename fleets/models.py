@@ -11,6 +11,14 @@ from decimal import Decimal
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from fleets.collection_models import (  # noqa: F401 (models of this app)
+    CameraCalibration,
+    DistortionModel,
+    OrderCell,
+    Scene,
+    SiteObject,
+    SizeClass,
+)
 from fleets.currencies import fleet_pay_problems, validate_payout_currency
 from marketplace.audit import AppendOnlyModel
 from marketplace.models import Organization, WebhookDeliveryBase

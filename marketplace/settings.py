@@ -446,6 +446,9 @@ EPISODE_QA_PLATFORM_DUPLICATES = env_bool("EPISODE_QA_PLATFORM_DUPLICATES", True
 # Per-camera video fingerprints: a camera video already accepted, sent again under a new
 # episode (over another trajectory), is refused near_duplicate too.
 EPISODE_QA_VIDEO_DUPLICATES = env_bool("EPISODE_QA_VIDEO_DUPLICATES", True)
+# The collection plan (issue 30): on an order asking for calibrated cameras, an episode's
+# camera calibration older than this (or made before its scene was arranged) is stale.
+CALIBRATION_MAX_AGE_DAYS = int(os.environ.get("CALIBRATION_MAX_AGE_DAYS", "30"))
 # Operator outliers within an order (datasets/operator_figures.py): among operators with at
 # least MIN_EPISODES checked episodes, flagged when the mean quality score is below RATIO x
 # the order's median, or the acceptance rate more than GAP below the order's median.

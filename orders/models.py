@@ -126,6 +126,9 @@ class RateCard(models.Model):
     currency = models.CharField(max_length=3, default="USD")
     included_environments = models.PositiveSmallIntegerField(default=1)
     extra_environment_fee = models.DecimalField(**MONEY, default=Decimal("0"))
+    # Distinct objects in the plan beyond those included are priced like environments.
+    included_objects = models.PositiveSmallIntegerField(default=1)
+    extra_object_fee = models.DecimalField(**MONEY, default=Decimal("0"))
     rush_surcharge_percent = models.DecimalField(
         max_digits=5, decimal_places=2, default=Decimal("0")
     )
@@ -238,6 +241,11 @@ class OutputFormat(models.TextChoices):
     LEROBOT_V3 = "lerobot_v3", "LeRobot v3.0"
 
 
+class EnvironmentUnit(models.TextChoices):
+    SITE = "site", "Distinct sites"
+    SCENE = "scene", "Distinct scenes"
+
+
 class DatasetSpec(models.Model):
     """What the customer asks for. Shared by quotes and orders."""
 
@@ -249,6 +257,28 @@ class DatasetSpec(models.Model):
     objects_per_environment = models.PositiveIntegerField(default=1)
     sensor_slugs = models.JSONField(default=list, blank=True)  # sorted slugs of SensorAddon
     rush = models.BooleanField(default=False)
+    # The collection plan (issue 30): environments are distinct sites or distinct scenes;
+    # `objects_per_environment` object cells per environment; `distinct_objects` distinct
+    # objects over the whole plan (null: as many as one environment's); object categories
+    # allowed (empty: any); demonstrations per cell at least `demos_per_cell` (null: by
+    # hours only); each cell's accepted time between these percentages of its even share.
+    environment_unit = models.CharField(
+        max_length=10, choices=EnvironmentUnit.choices, default=EnvironmentUnit.SITE
+    )
+    distinct_objects = models.PositiveIntegerField(null=True, blank=True)
+    object_categories = models.JSONField(default=list, blank=True)
+    demos_per_cell = models.PositiveIntegerField(null=True, blank=True)
+    cell_min_share_percent = models.DecimalField(
+        max_digits=5, decimal_places=2, default=Decimal("50")
+    )
+    cell_max_share_percent = models.DecimalField(
+        max_digits=5, decimal_places=2, default=Decimal("150")
+    )
+    calibrated_cameras = models.BooleanField(default=False)
+    # What the plan advisor proposed and why ({} when not asked), and the supply check at
+    # pricing time: {"coverable", "shortfalls": [...], "eta": "YYYY-MM-DD" | null, "basis"}.
+    plan_advice = models.JSONField(default=dict, blank=True)
+    supply = models.JSONField(default=dict, blank=True)
 
     # Price, computed by the server only (orders.pricing), frozen at creation.
     rate_card = models.ForeignKey(RateCard, on_delete=models.PROTECT, related_name="+")
@@ -322,6 +352,12 @@ class Order(DatasetSpec):
     # accepted_hours is the same, rounded down to the hundredth that customers pay for.
     accepted_seconds = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal("0"))
     accepted_hours = models.DecimalField(**HOURS, default=Decimal("0"))
+    # Orders placed since the collection plan (issue 30) are planned and checked by cell;
+    # older ones (False) by environment only.
+    cells_planned = models.BooleanField(default=False)
+    # Placed although the supply check found the platform's fleets cannot cover it: dispatch
+    # holds its jobs until staff release them (the console lists waitlisted orders).
+    waitlisted = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
