@@ -153,7 +153,7 @@ class SiteSerializer(serializers.ModelSerializer):
         max_length=5000, required=False, default="", allow_blank=True
     )
     objects_available = serializers.ListField(
-        child=serializers.CharField(max_length=120), max_length=500, required=False, default=list
+        child=serializers.CharField(max_length=100), max_length=500, required=False, default=list
     )
     active = serializers.BooleanField(default=True)
 
