@@ -18,13 +18,16 @@ from datasets.qa_checks import Reason
 from datasets.services import episode_files
 from datasets.services.episode_files import SHA256_HEX, UploadInstructions, VideoDeclaration
 from fleets.models import Job, Robot
-from fleets.services.collection import calibrations_for_episode, scene_for_episode
+from fleets.services.collection import (
+    calibrations_for_episode,
+    order_camera_names,
+    scene_for_episode,
+)
 from fleets.services.jobs import job_report_progress
 from fleets.services.operators import operator_for_episode
 from marketplace.errors import Conflict, NotFound, ServiceUnavailable, invalid
 from marketplace.models import Organization
 from marketplace.queueing import enqueue_on_commit
-from orders.streams import cameras_of
 
 OPERATOR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 WORKING_JOB_STATES = (Job.Status.ASSIGNED, Job.Status.IN_PROGRESS)
@@ -142,7 +145,7 @@ def episode_register(
     scene = scene_for_episode(site_id=job.site_id, name=registration.scene)
     camera_calibrations = calibrations_for_episode(
         robot_id=robot.id,
-        cameras=[camera["name"] for camera in cameras_of(job.order.stream_spec)],
+        cameras=order_camera_names(job.order.stream_spec),
         given=dict(registration.camera_calibrations),
     )
     with transaction.atomic():

@@ -40,7 +40,7 @@ from fleets.models import (
 )
 from marketplace.errors import Conflict, NotFound, ServiceError, invalid
 from marketplace.models import Organization
-from orders.streams import CAMERA_KEY_PREFIX
+from orders.streams import CAMERA_KEY_PREFIX, cameras_of
 
 NAME_MAX = 100
 CATEGORY_MAX = 60
@@ -458,6 +458,14 @@ def calibration_in_force(*, robot_id, camera: str, at: datetime | None = None):
 
 
 # --- What an episode names -----------------------------------------------------------------
+
+
+def order_camera_names(stream_spec: dict) -> list[str]:
+    """The camera names of an order's streams (`wrist` for `observation.images.wrist`)."""
+    return [
+        camera.get("name") or str(camera["key"]).removeprefix(CAMERA_KEY_PREFIX)
+        for camera in cameras_of(stream_spec)
+    ]
 
 
 def scene_for_episode(*, site_id, name) -> Scene | None:
