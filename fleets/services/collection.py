@@ -297,7 +297,11 @@ def scene_create(
         site = _own_site(organization=organization, site_id=site_id, lock=True)
         if Scene.objects.filter(site=site, name=fields["name"]).exists():
             raise _name_taken("a scene", fields["name"])
-        return Scene.objects.create(fleet_id=site.fleet_id, site=site, **fields)
+        try:
+            with transaction.atomic():
+                return Scene.objects.create(fleet_id=site.fleet_id, site=site, **fields)
+        except IntegrityError:  # the unique constraint, should a writer skip the site's lock
+            raise _name_taken("a scene", fields["name"]) from None
 
 
 def scene_update(*, organization: Organization, scene_id, changes: dict) -> Scene:

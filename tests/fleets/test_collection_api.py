@@ -398,6 +398,7 @@ def _matrix(change):
 
 SCALED = _matrix(lambda m: [row.__setitem__(i, row[i] * 2) for row in m[:3] for i in range(3)])
 MIRRORED = _matrix(lambda m: m[2].__setitem__(2, -1.0))  # orthonormal, but det = -1
+SQUASHED = [[2.0, 0, 0, 0], [0, 0.5, 0, 0], [0, 0, 1.0, 0], [0, 0, 0, 1.0]]  # det 1, not R
 SHEARED = _matrix(lambda m: m[0].__setitem__(1, m[0][1] + 0.1))
 
 
@@ -444,6 +445,7 @@ SHEARED = _matrix(lambda m: m[0].__setitem__(1, m[0][1] + 0.1))
         ({"extrinsics": SCALED}, "extrinsics", "invalid_calibration"),
         ({"extrinsics": MIRRORED}, "extrinsics", "invalid_calibration"),
         ({"extrinsics": SHEARED}, "extrinsics", "invalid_calibration"),
+        ({"extrinsics": SQUASHED}, "extrinsics", "invalid_calibration"),
         (
             {"extrinsics": [[True, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]},
             "extrinsics",
