@@ -7,6 +7,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema
 from rest_framework import generics, serializers, status
 from rest_framework.response import Response
 
+from fleets import collection_selectors
 from fleets.models import CameraCalibration, Scene, SiteObject
 from fleets.services import collection
 from marketplace.permissions import FleetOperatorApi
@@ -95,7 +96,7 @@ class SiteObjectListCreate(FleetOperatorApi, generics.ListCreateAPIView):
     serializer_class = SiteObjectSerializer
 
     def get_queryset(self):
-        rows = collection.site_objects_for(organization=self.organization)
+        rows = collection_selectors.site_objects_for(organization=self.organization)
         site, active = _uuid_param(self.request, "site"), _active_param(self.request)
         if site is not None:
             rows = rows.filter(site_id=site)
@@ -117,7 +118,7 @@ class SiteObjectDetail(FleetOperatorApi, generics.RetrieveAPIView):
     serializer_class = SiteObjectSerializer
 
     def get_queryset(self):
-        return collection.site_objects_for(organization=self.organization)
+        return collection_selectors.site_objects_for(organization=self.organization)
 
     @extend_schema(request=SiteObjectChangeSerializer, responses=SiteObjectSerializer)
     def patch(self, request, pk):
@@ -177,7 +178,7 @@ class SceneListCreate(FleetOperatorApi, generics.ListCreateAPIView):
     serializer_class = SceneSerializer
 
     def get_queryset(self):
-        rows = collection.scenes_for(organization=self.organization)
+        rows = collection_selectors.scenes_for(organization=self.organization)
         site, active = _uuid_param(self.request, "site"), _active_param(self.request)
         if site is not None:
             rows = rows.filter(site_id=site)
@@ -199,7 +200,7 @@ class SceneDetail(FleetOperatorApi, generics.RetrieveAPIView):
     serializer_class = SceneSerializer
 
     def get_queryset(self):
-        return collection.scenes_for(organization=self.organization)
+        return collection_selectors.scenes_for(organization=self.organization)
 
     @extend_schema(request=SceneChangeSerializer, responses=SceneSerializer)
     def patch(self, request, pk):
@@ -277,7 +278,7 @@ class CalibrationListCreate(FleetOperatorApi, generics.ListCreateAPIView):
     serializer_class = CalibrationSerializer
 
     def get_queryset(self):
-        rows = collection.calibrations_for(organization=self.organization)
+        rows = collection_selectors.calibrations_for(organization=self.organization)
         robot = _uuid_param(self.request, "robot")
         if robot is not None:
             rows = rows.filter(robot_id=robot)
@@ -300,4 +301,4 @@ class CalibrationDetail(FleetOperatorApi, generics.RetrieveAPIView):
     serializer_class = CalibrationSerializer
 
     def get_queryset(self):
-        return collection.calibrations_for(organization=self.organization)
+        return collection_selectors.calibrations_for(organization=self.organization)

@@ -25,9 +25,13 @@ from datetime import datetime, timedelta
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
 from django.utils import timezone
 
+from fleets.collection_selectors import (
+    calibrations_in_force,
+    scenes_for,
+    site_objects_for,
+)
 from fleets.error_codes import ErrorCode
 from fleets.models import (
     CameraCalibration,
@@ -162,18 +166,6 @@ def _own_robot(*, organization: Organization, robot_id) -> Robot:
     if robot is None:
         raise NotFound("Robot not found.", fields={"robot": ["Robot not found."]})
     return robot
-
-
-def site_objects_for(*, organization: Organization) -> QuerySet[SiteObject]:
-    return SiteObject.objects.filter(site__fleet__organization=organization)
-
-
-def scenes_for(*, organization: Organization) -> QuerySet[Scene]:
-    return Scene.objects.filter(site__fleet__organization=organization)
-
-
-def calibrations_for(*, organization: Organization) -> QuerySet[CameraCalibration]:
-    return CameraCalibration.objects.filter(robot__fleet__organization=organization)
 
 
 def _name_taken(what: str, name: str) -> Conflict:
@@ -450,17 +442,6 @@ def calibration_create(
     return CameraCalibration.objects.create(fleet_id=robot.fleet_id, robot=robot, **fields)
 
 
-def calibration_in_force(*, robot_id, camera: str, at: datetime | None = None):
-    """The robot's latest calibration of `camera` made at or before `at` (now), or None."""
-    return (
-        CameraCalibration.objects.filter(
-            robot_id=robot_id, camera=camera, calibrated_at__lte=at or timezone.now()
-        )
-        .order_by("-calibrated_at", "-created_at")
-        .first()
-    )
-
-
 # --- What an episode names -----------------------------------------------------------------
 
 
@@ -521,14 +502,10 @@ def calibrations_for_episode(*, robot_id, cameras, given: dict) -> dict[str, str
                 )
     missing = [camera for camera in ordered if camera not in named]
     if missing:
-        in_force = (
-            CameraCalibration.objects.filter(
-                robot_id=robot_id, camera__in=missing, calibrated_at__lte=timezone.now()
-            )
-            .order_by("camera", "-calibrated_at", "-created_at")
-            .distinct("camera")
-            .values_list("camera", "pk")
+        in_force = calibrations_in_force(robot_id=robot_id, at=timezone.now()).filter(
+            camera__in=missing
         )
+        in_force = in_force.values_list("camera", "pk")
         named.update(dict(in_force))
     return {camera: str(named[camera]) for camera in ordered if camera in named}
 

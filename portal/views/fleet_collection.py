@@ -12,11 +12,13 @@ from django.http import Http404
 from django.shortcuts import redirect
 from django.utils import timezone
 
-from fleets import selectors
+from fleets import collection_selectors, selectors
 from fleets.services import collection
 from marketplace.errors import ServiceError
 from portal.forms.fleet_collection import SceneForm, SiteObjectForm
 from portal.shell import CAN_MANAGE_FLEETS, fleet_page, render_page
+
+CALIBRATIONS_SHOWN = 100  # the newest; the API lists them all (GET calibrations?robot=)
 
 
 def _own(queryset, pk):
@@ -44,13 +46,13 @@ def _set_active(request, site, action: str) -> None:
     organization = request.caller.organization
     if action == "object_active":
         rows, update, key = (
-            collection.site_objects_for(organization=organization),
+            collection_selectors.site_objects_for(organization=organization),
             collection.site_object_update,
             "object_id",
         )
     else:
         rows, update, key = (
-            collection.scenes_for(organization=organization),
+            collection_selectors.scenes_for(organization=organization),
             collection.scene_update,
             "scene_id",
         )
@@ -98,10 +100,10 @@ def site_collection(request, pk):
             "site": site,
             "fleet": site.fleet,
             "objects": list(
-                collection.site_objects_for(organization=organization).filter(site=site)
+                collection_selectors.site_objects_for(organization=organization).filter(site=site)
             ),
             "scenes": list(
-                collection.scenes_for(organization=organization)
+                collection_selectors.scenes_for(organization=organization)
                 .filter(site=site)
                 .order_by("-active", "name")
             ),
@@ -121,18 +123,20 @@ def robot_calibrations(request, pk):
     )
     now = timezone.now()
     max_age = timedelta(days=settings.CALIBRATION_MAX_AGE_DAYS)
-    rows = list(
-        collection.calibrations_for(organization=organization)
-        .filter(robot=robot)
-        .order_by("camera", "-calibrated_at", "-created_at")
+    calibrations = collection_selectors.calibrations_for(organization=organization).filter(
+        robot=robot
     )
-    cameras_in_force: set[str] = set()
-    for row in rows:  # per camera, newest first: the first made by now is in force
+    newest = list(calibrations.order_by("-calibrated_at", "-created_at")[: CALIBRATIONS_SHOWN + 1])
+    in_force = set(
+        collection_selectors.calibrations_in_force(robot_id=robot.pk, at=now).values_list(
+            "pk", flat=True
+        )
+    )
+    rows = sorted(newest[:CALIBRATIONS_SHOWN], key=lambda row: row.camera)  # stable: by date
+    for row in rows:
         row.age = now - row.calibrated_at
         row.pending = row.calibrated_at > now  # dated a few minutes ahead (clock drift)
-        row.in_force = not row.pending and row.camera not in cameras_in_force
-        if row.in_force:
-            cameras_in_force.add(row.camera)
+        row.in_force = row.pk in in_force
         row.too_old = row.age > max_age
     return render_page(
         request,
@@ -141,6 +145,8 @@ def robot_calibrations(request, pk):
             "robot": robot,
             "fleet": robot.fleet,
             "calibrations": rows,
+            "more": len(newest) > CALIBRATIONS_SHOWN,
+            "shown": CALIBRATIONS_SHOWN,
             "max_age_days": settings.CALIBRATION_MAX_AGE_DAYS,
         },
     )
