@@ -178,3 +178,21 @@ def test_a_robots_calibrations_show_which_is_in_force_and_their_age(
     assert "not yet in force" in row(ahead)
     assert "In force" in row(scene) and "today" in row(scene)
     assert "1280\u00d7720" in row(scene)
+
+
+def test_the_calibrations_page_shows_only_the_newest_and_says_so(
+    fleet_operator, fleet_client, monkeypatch
+):
+    from portal.views import fleet_collection
+
+    monkeypatch.setattr(fleet_collection, "CALIBRATIONS_SHOWN", 3)
+    _fleet, _site, robot = operator_fleet(fleet_operator.organization)
+    scene = calibrate(robot, "scene", days_ago=10)  # in force, though not among the newest 3
+    wrist = [calibrate(robot, "wrist", days_ago=days) for days in (4, 3, 2, 1)]
+    html = fleet_client.get(reverse("robot-calibrations-page", kwargs={"pk": robot.pk}))
+    html = html.content.decode()
+    shown = set(re.findall(r'<tr id="calibration-([0-9a-f-]+)">', html))
+    assert shown == {str(c.pk) for c in wrist[1:]}
+    assert 'id="calibrations-more"' in html
+    assert str(scene.pk) not in shown
+    assert html.count("In force") == 1  # the newest wrist one; the scene's is not listed
