@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from fleets.models import CameraCalibration, Scene, SiteObject
 from marketplace.models import Membership, Organization
+from tests.factories import SiteFactory
 from tests.web.fleet_helpers import operator_fleet
 
 pytestmark = pytest.mark.django_db
@@ -196,3 +197,14 @@ def test_the_calibrations_page_shows_only_the_newest_and_says_so(
     assert 'id="calibrations-more"' in html
     assert str(scene.pk) not in shown
     assert html.count("In force") == 1  # the newest wrist one; the scene's is not listed
+
+
+def test_a_row_is_changed_only_on_its_own_sites_page(fleet_operator, fleet_client):
+    fleet, site, _robot = operator_fleet(fleet_operator.organization)
+    mug = SiteObject.objects.create(fleet=fleet, site=site, name="mug")
+    elsewhere = SiteFactory(fleet=fleet)
+    url = reverse("site-collection-page", kwargs={"pk": elsewhere.pk})
+    response = fleet_client.post(url, {"action": "object_active", "id": str(mug.pk), "active": "0"})
+    assert response.status_code == 404
+    mug.refresh_from_db()
+    assert mug.active
