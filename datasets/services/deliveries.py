@@ -196,6 +196,7 @@ class PlanFacts:
     site_labels: dict[str, str]
     scene_labels: dict[str, str]
     calibrations: dict[str, dict]  # id -> meta/calibrations.json entry
+    references: set[tuple[str, str, str]]  # (calibration id, robot id, camera) shipped
     grid: PlanGrid | None
 
     @classmethod
@@ -207,17 +208,19 @@ class PlanFacts:
         scene_labels = _labels_by_first_acceptance(order, "scene_id", "scene")
         robot_labels = _labels_by_first_acceptance(order, "robot_id", "robot")
         wanted = {
-            parsed: (episode.robot_id, camera)
+            (parsed, episode.robot_id, camera)
             for episode, plan in zip(episodes, plans, strict=True)
             for camera, value in plan.calibrations.items()
             if (parsed := _uuid_or_none(value)) is not None
         }
+        found = CameraCalibration.objects.filter(pk__in={ref[0] for ref in wanted})
+        # Only a calibration of the episode's robot and camera (as registration checks).
+        found = [c for c in found.order_by("id") if (c.id, c.robot_id, c.camera) in wanted]
         calibrations = {
             str(c.id): calibration_record(c, robot_labels.get(str(c.robot_id), "robot"))
-            for c in CameraCalibration.objects.filter(pk__in=list(wanted)).order_by("id")
-            # Only a calibration of that episode's robot and camera (as registration checks).
-            if wanted[c.id] == (c.robot_id, c.camera)
+            for c in found
         }
+        references = {(str(c.id), str(c.robot_id), c.camera) for c in found}
         grid = None
         if order.cells_planned:
             grid = PlanGrid.of(
@@ -232,12 +235,18 @@ class PlanFacts:
             site_labels=site_labels,
             scene_labels=scene_labels,
             calibrations=calibrations,
+            references=references,
             grid=grid,
         )
 
     def columns(self, episode: Episode) -> dict:
         plan = plan_episode(episode)
-        known = {k: v for k, v in plan.calibrations.items() if v in self.calibrations}
+        robot = str(episode.robot_id)
+        known = {
+            camera: value
+            for camera, value in plan.calibrations.items()
+            if (str(_uuid_or_none(value)), robot, camera) in self.references
+        }
         return PlanEpisode(
             site_id=plan.site_id,
             scene_id=plan.scene_id,
