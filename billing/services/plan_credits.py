@@ -12,7 +12,9 @@ its amount, the refunds never above what is left of the payment, each shortfall 
 refund key names the order, the unit and the units credited; a later delivery that is
 shorter still credits only the difference). The hours true-up then refunds, pro rata, the
 hours not accepted of what is left of the price (services/refunds.py), so no unit is refunded
-twice.
+twice: in all the customer gets back the units not delivered and the hours not kept of the
+rest. A unit found short only after an hours refund (a later delivery) is credited less the
+part of its fee that refund already gave back.
 """
 
 from dataclasses import dataclass
@@ -23,7 +25,13 @@ from django.db.models import Sum
 
 from billing.models import Payment, Refund
 from billing.services.payments import succeeded_payment
-from billing.services.refunds import RefundPlan, order_trueup, refund_or_flag
+from billing.services.refunds import (
+    RefundPlan,
+    order_trueup,
+    plan_credit_room,
+    plan_shortfall_credited,
+    refund_or_flag,
+)
 from marketplace.queueing import enqueue_on_commit
 from orders.models import Order
 from orders.pricing import quantize_money
@@ -160,9 +168,16 @@ def order_plan_shortfall(*, order_id, delivered: dict) -> list[Refund]:
             due = line.amount - credited_for_plan(order, line.unit)
             if due <= 0:
                 continue
+            credit = min(
+                due,
+                plan_credit_room(order, shortfall=plan_shortfall_credited(order) + due),
+            )
+            why = line.description
+            if credit < due:
+                why += f"; {due - credit} {order.currency} of it came back with the hours refund"
             refund = refund_or_flag(
                 order=order,
-                plan=RefundPlan(amount=due, hours_kept=order.accepted_hours, why=line.description),
+                plan=RefundPlan(amount=credit, hours_kept=order.accepted_hours, why=why),
                 key=f"{shortfall_key_prefix(order.id, line.unit)}{line.units}",
                 reason=Refund.Reason.PLAN_SHORTFALL,
             )

@@ -267,6 +267,24 @@ def order_trueup(*, order_id) -> Refund | None:
     )
 
 
+def plan_credit_room(order: Order, *, shortfall: Decimal) -> Decimal:
+    """How much more may be refunded for the plan once the shortfall credits stand for
+    `shortfall` in all: the shortfall plus the hours not kept of the rest of the price, less
+    every refund made or pending (so a unit found short after an hours refund already gave
+    back part of its fee is credited only the rest)."""
+    payment = succeeded_payment(order)
+    kept = max(order.accepted_hours, order.accepted_seconds / 3600)
+    paid = payment.amount if payment else order.total
+    refunded = payment.amount_refunded if payment else ZERO
+    hours = prorata_refund(
+        paid=max(ZERO, paid - shortfall),
+        currency=order.currency,
+        hours_ordered=order.hours,
+        hours_kept=kept,
+    )
+    return max(ZERO, min(shortfall + hours, paid) - refunded)
+
+
 def _unkept_hours_plan(order: Order, *, why: str) -> RefundPlan:
     """What the hours ordered and not kept are owed, pro rata, less every refund made or
     pending (the true-up and earlier credits count: a credit after a true-up refunds only the

@@ -216,3 +216,18 @@ def test_a_shortfall_line_is_never_above_its_amount():
         currency="USD",
     )
     assert [(c.units, c.amount) for c in credited] == [(3, Decimal("120.00"))]
+
+
+def test_a_unit_short_after_the_hours_refund_is_credited_only_the_rest(paid_order, deliver):
+    # given: half the hours accepted, the plan complete: 705.00 back for the hours
+    order, payment, _ = paid_order(**PLAN)
+    deliver(order, accepted_hours="5.00", plan_delivered={"environments": 8, "objects": 4})
+    assert Refund.objects.get().amount == Decimal("705.00")
+    # when: a later delivery is one object short (half of its fee came back with the hours)
+    order_plan_shortfall(order_id=order.id, delivered={"environments": 8, "objects": 3})
+    # then: the other half; in all, the object's fee and half of the rest of the price
+    credit = Refund.objects.get(reason=Refund.Reason.PLAN_SHORTFALL)
+    assert credit.amount == Decimal("10.00")
+    assert credit.note.endswith("; 10.00 USD of it came back with the hours refund")
+    payment.refresh_from_db()
+    assert payment.amount_refunded == Decimal("20.00") + (Decimal("1390.00") / 2)
