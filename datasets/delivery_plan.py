@@ -21,11 +21,10 @@ NO_OBJECT = "(no object named)"
 
 
 def pseudonyms(keys: Iterable, prefix: str) -> dict:
-    """`prefix-01`, `prefix-02`, ... in the order the keys are given (first seen first);
-    the width grows past 99."""
+    """`prefix-01`, `prefix-02`, ... in the order the keys are given (first seen first); past
+    99, `prefix-100` (a label never changes when more keys come)."""
     ordered = list(dict.fromkeys(keys))
-    width = max(2, len(str(len(ordered))))
-    return {key: f"{prefix}-{number:0{width}d}" for number, key in enumerate(ordered, start=1)}
+    return {key: f"{prefix}-{number:02d}" for number, key in enumerate(ordered, start=1)}
 
 
 @dataclass(frozen=True)

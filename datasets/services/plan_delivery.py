@@ -76,7 +76,8 @@ class PlanFacts:
         site_labels = _labels_by_first_acceptance(order, "site_id", "site")
         for plan in plans:  # an accepted episode always is; kept whole for safety
             site_labels.setdefault(plan.site_id, f"site-{len(site_labels) + 1:02d}")
-        scene_labels = _labels_by_first_acceptance(order, "scene_id", "scene")
+        # A scene is named by the start of its id (the scene_id column has it whole).
+        scene_labels = {p.scene_id: f"scene {p.scene_id[:8]}" for p in plans if p.scene_id}
         robot_labels = _labels_by_first_acceptance(order, "robot_id", "robot")
         wanted = {
             (parsed, episode.robot_id, camera)

@@ -11,6 +11,15 @@ import pyarrow.parquet as pq
 import pytest
 from django.utils import timezone
 
+from datasets.delivery_plan import (
+    DeliveredPlan,
+    GridCell,
+    PlanEpisode,
+    PlanGrid,
+    clean_calibrations,
+    clean_objects,
+    pseudonyms,
+)
 from datasets.episode_format import episode_table, parquet_bytes
 from datasets.models import Delivery, Episode
 from fleets.models import CameraCalibration, OrderCell, Scene, SiteObject
@@ -320,3 +329,70 @@ def test_an_older_order_delivers_as_before_with_empty_plan_columns(
     card = (tmp_path / "README.md").read_text()
     assert "## Collection plan" not in card and "## Camera calibrations" not in card
     assert heard == [{"order_id": collection.order.id, "signal": signals.order_delivered}]
+
+
+# --- The pure rules (datasets/delivery_plan.py) -----------------------------------------------
+
+
+def plan(site, scene="", objects=(), seconds="20"):
+    return PlanEpisode(
+        site_id=site,
+        scene_id=scene,
+        objects=tuple(objects),
+        calibrations={},
+        seconds=Decimal(seconds),
+    )
+
+
+def test_delivered_counts_by_site_or_scene_and_by_first_object_at_its_site():
+    episodes = [
+        plan("A", "s1", ["mug", "block"]),
+        plan("A", "s2", ["mug"]),
+        plan("B", "", ["mug"]),  # the same name at another site: another object
+        plan("B", "", []),  # no object: counts in no object
+    ]
+    assert DeliveredPlan.of(episodes, "site") == DeliveredPlan(environments=2, objects=2)
+    # by scene: an episode without a scene counts in no environment
+    assert DeliveredPlan.of(episodes, "scene") == DeliveredPlan(environments=2, objects=2)
+    assert DeliveredPlan.of(episodes[:1], "site").objects == 1  # "block" is not its cell
+
+
+def test_pseudonyms_follow_first_appearance_and_never_change_with_more_keys():
+    assert pseudonyms(["b", "a", "b", "c"], "site") == {
+        "b": "site-01",
+        "a": "site-02",
+        "c": "site-03",
+    }
+    assert pseudonyms(range(120), "site")[119] == "site-120"
+    assert pseudonyms(range(120), "site")[0] == "site-01"
+
+
+def test_hostile_recorded_values_are_cleaned():
+    assert clean_objects(["mug", 3, "", "mug", None, "cup"]) == ("mug", "cup")
+    assert clean_objects("mug") == ()
+    assert clean_calibrations({"wrist": "id", "top": 7, "": "x"}) == {"wrist": "id"}
+    assert clean_calibrations(["wrist"]) == {}
+
+
+def test_the_grid_of_a_scene_order_has_a_row_per_site_and_scene():
+    episodes = [
+        plan("A", "s1", ["mug"], "30"),
+        plan("A", "s2", ["mug"], "90"),
+        plan("A", "s2", ["cup"]),
+        plan("B", "", ["mug"]),
+    ]
+    grid = PlanGrid.of(
+        episodes,
+        unit="scene",
+        environments_planned=3,
+        objects_planned=2,
+        site_labels={"A": "site-01", "B": "site-02"},
+        scene_labels={"s1": "scene s1", "s2": "scene s2"},
+    )
+    assert grid.environments == ("site-01, scene s1", "site-01, scene s2", "site-02, no scene")
+    assert grid.objects == ("mug", "cup")
+    assert grid.cell("site-01, scene s2", "mug") == GridCell(
+        environment="site-01, scene s2", object="mug", episodes=1, minutes=Decimal("1.5")
+    )
+    assert grid.cell("site-02, no scene", "cup") is None
+    assert grid.delivered == DeliveredPlan(environments=2, objects=3)
