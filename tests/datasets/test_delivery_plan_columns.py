@@ -318,12 +318,13 @@ def test_an_older_order_delivers_as_before_with_empty_plan_columns(
     delivery = Delivery.objects.get(order=collection.order)
     # when
     manifest = download(customer.client, delivery, tmp_path)
-    # then: the columns are there, empty but for the site and the objects the fleet sent
+    # then: the columns are there, empty but for the site and the objects the fleet sent (in
+    # the order it sent them: registration keeps it, the first is the episode's cell object)
     dataset = lerobot_loader.load(tmp_path)
     lerobot_loader.check_invariants(dataset)
     assert [
         (r["scene_id"], r["site"], r["objects"], r["calibration_id"]) for r in dataset["episodes"]
-    ] == [("", "site-01", ["block", "peg-8mm"], "{}")] * 2
+    ] == [("", "site-01", ["peg-8mm", "block"], "{}")] * 2
     assert not (tmp_path / "meta/calibrations.json").exists()
     assert "calibrations" not in manifest and "plan" not in manifest
     card = (tmp_path / "README.md").read_text()
