@@ -10,15 +10,16 @@ scene of its site (a scene arranged since means the camera may have moved).
 
 Each episode then names (`CollectionPlan.episode_fields`):
 
-- its **scene**: the one the job was set up in, chosen when the job is first worked on: the
-  site's scene at the job's environment index (modulo their number), or, if another job of
-  the same order at that site has it, the next one no such job has (an order counting
-  scenes binds each environment to a scene of its own);
+- its **scene**: the one the job was set up in, chosen when the job is first worked on: that
+  of an earlier job of the same order and environment at the site (a shortfall's job), else
+  the site's scene at the job's environment index (modulo their number), or, if a job of
+  another environment of the order at that site has it, the next one none has (an order
+  counting scenes binds each environment to a scene of its own);
 - the **object** it handled (`objects_handled`, one name): the job cycles through K of the
   site's objects, K = the job's `objects_per_environment` when the platform shows it, else
-  all of them; the K start at offset environment_index x K, so two environments at one site
-  use different objects when the site has enough. An object QA refuses for this job
-  (`object_not_in_plan`, `cell_full`) is dropped from the job's cycle;
+  all of them; the K start at offset environment_index x K (x 1 when K is not shown), so
+  two environments at one site use different objects when the site has enough. An object
+  QA refuses for this job (`object_not_in_plan`, `cell_full`) is dropped from its cycle;
 - its **calibrations**: {camera name: the robot's calibration in force} for the job's cameras.
 
 Deliberate mistakes (`collection.plan_defects`, or `FleetAgent(plan_defects=...)`), each sent
@@ -79,11 +80,11 @@ def robot_cameras(robot: dict, embodiments: dict, sensors: dict) -> list[tuple[s
 
 def objects_cycle(objects: list[str], environment_index: int, per_environment: int | None):
     """The objects a job at environment `environment_index` cycles through: K of the site's
-    (K = per_environment, else all), starting at environment_index x K."""
+    (K = per_environment, else all, K = 1 for the offset), starting at environment_index x K."""
     if not objects:
         return []
     count = len(objects) if not per_environment else min(per_environment, len(objects))
-    start = (environment_index * count) % len(objects)
+    start = (environment_index * (per_environment or 1)) % len(objects)
     return [objects[(start + i) % len(objects)] for i in range(count)]
 
 
@@ -146,7 +147,7 @@ class CollectionPlan:
         self.jobs: dict[str, JobPlan] = {}
         self.registered: Counter = Counter()  # objects, scenes, calibrations created
         self._stale: dict[tuple[str, str], str] = {}
-        self._order_site: dict[str, tuple] = {}  # job id -> (order, site)
+        self._placed: dict[str, tuple] = {}  # job id -> ((order, site), environment index)
 
     # --- registration -------------------------------------------------------------------
 
@@ -264,17 +265,22 @@ class CollectionPlan:
         if plan is None:
             index = int(job.get("environment_index") or 0)
             names = [s["name"] for s in self.scenes.get(job["site"], [])]
-            taken = {
-                p.scene
+            place = (job.get("order"), job["site"])
+            others = [
+                (self._placed[other_id][1], p)
                 for other_id, p in self.jobs.items()
-                if self._order_site.get(other_id) == (job.get("order"), job["site"])
-            }
+                if self._placed[other_id][0] == place
+            ]
+            # a job for an environment of the order already worked on (a shortfall's) keeps
+            # its scene; another environment takes one no other environment has
+            same = next((p.scene for env, p in others if env == index), None)
+            taken = {p.scene for env, p in others if env != index}
             cycle = objects_cycle(
                 self.objects.get(job["site"], []), index, job.get("objects_per_environment")
             )
-            plan = JobPlan(scene=choose_scene(names, index, taken), cycle=cycle)
+            plan = JobPlan(scene=same or choose_scene(names, index, taken), cycle=cycle)
             self.jobs[job["id"]] = plan
-            self._order_site[job["id"]] = (job.get("order"), job["site"])
+            self._placed[job["id"]] = (place, index)
         return plan
 
     def next_defect(self, job: dict, robot: dict) -> str | None:
