@@ -789,3 +789,21 @@ def test_configured_scenes_keep_their_arrangement_time():
     api = FakeFleetApi()
     CollectionPlan(parse_config(config), api, []).register(SITES, {"s1": site}, [ROBOT])
     assert api.rows["scenes"][0]["arranged_at"] == moment.isoformat()
+
+
+def test_the_readmes_calibration_file_and_the_example_fleet_are_valid():
+    from pathlib import Path
+
+    from fleet_agent import load_config
+
+    readme = (Path(__file__).parents[2] / "fleet_agent" / "README.md").read_text()
+    example = readme.split("```json\n", 1)[1].split("```", 1)[0]
+    assert check_calibration(json.loads(example), now=NOW)["reference_frame"] == "end_effector"
+    config = load_config(
+        Path(__file__).parents[2] / "fleet_agent" / "example-fleet.toml",
+        environ={"FLEET_API_KEY": "k"},
+    )
+    bench = config.sites[0]
+    assert [s.name for s in bench.scenes] == ["window-bench", "board-bench"]
+    assert bench.object_specs[2].category == "connector" and bench.objects[0] == "peg-8mm"
+    assert [s.name for s in config.sites[1].scenes] == ["arrangement-1", "arrangement-2"]
