@@ -807,3 +807,94 @@ def test_the_readmes_calibration_file_and_the_example_fleet_are_valid():
     assert [s.name for s in bench.scenes] == ["window-bench", "board-bench"]
     assert bench.object_specs[2].category == "connector" and bench.objects[0] == "peg-8mm"
     assert [s.name for s in config.sites[1].scenes] == ["arrangement-1", "arrangement-2"]
+
+
+class FakePlatformForEpisodes(FakeFleetApi):
+    """Enough of the fleet API for `collect_and_upload`: registrations are kept."""
+
+    def __init__(self):
+        super().__init__()
+        self.registered = []
+
+    def embodiments(self):
+        return {
+            "fr3": {
+                "action_dim": 8,
+                "state_limits": [],
+                "cameras": [{"name": "scene", "min_width": 64, "min_height": 48}],
+            }
+        }
+
+    def register_episode(self, job_id, body, key):
+        self.registered.append(body)
+        videos = [
+            {"camera_key": v["camera_key"], "method": "single", "url": "v", "headers": {}}
+            for v in body["videos"]
+        ]
+        upload = {"method": "single", "url": "p", "headers": {}, "videos": videos}
+        return {"id": f"e{len(self.registered)}", "upload": upload}
+
+    def put_bytes(self, url, data, headers):
+        from fleet_agent.client import Response
+
+        return Response(200, {"etag": '"x"'}, b"")
+
+    def complete_episode(self, episode_id, parts=None, videos=None):
+        return {"id": episode_id, "status": "uploaded"}
+
+
+def test_the_agents_registrations_carry_the_plan_and_its_defects():
+    from fleet_agent import FleetAgent
+
+    config = {
+        **PLAN_CONFIG,
+        "collection": {"episode_seconds": [1, 1], "seed": 3, "fps": 10},
+    }
+    api = FakePlatformForEpisodes()
+    agent = FleetAgent(
+        parse_config(config), client=api, plan_defects=["object_not_in_plan", "uncalibrated_camera"]
+    )
+    site = parse_config(config).sites[0]
+    robot = {**ROBOT, "end_effector": "parallel_gripper", "active": True}
+    agent.sites, agent.site_configs, agent.robots = SITES, {"s1": site}, [robot]
+    agent.plan.register(SITES, {"s1": site}, [ROBOT])
+    job = {
+        **JOB,
+        "embodiment": "fr3",
+        "end_effector": "parallel_gripper",
+        "task_type": "peg-insertion",
+        "stream_spec": {
+            "cameras": [
+                {"key": SCENE, "name": "scene", "min_width": 64, "min_height": 48},
+                {"key": WRIST, "name": "wrist", "min_width": 64, "min_height": 48},
+            ]
+        },
+    }
+    for _ in range(3):
+        agent.collect_and_upload(job, missing_seconds=100)
+
+    first, second, third = api.registered
+    assert set(first["camera_calibrations"]) == {"wrist"}  # uncalibrated_camera: no scene one
+    assert second["objects_handled"] == [UNREGISTERED_OBJECT]
+    ids = {c["camera"]: c["id"] for c in api.rows["calibrations"]}
+    assert second["camera_calibrations"] == third["camera_calibrations"] == ids
+    assert {b["scene"] for b in api.registered} == {"arrangement-2"}
+    assert first["objects_handled"] == ["plate"] and third["objects_handled"] == ["sponge"]
+    assert agent.summary.defective_uploaded == 2
+    assert [u.defect for u in agent._uploads.values()] == [
+        "uncalibrated_camera",
+        "object_not_in_plan",
+        None,
+    ]
+    assert agent.summary.plan_registered == {"objects": 3, "scenes": 2, "calibrations": 2}
+
+    # QA refuses the clean episode's object: the job leaves it out from then on
+    agent._record_verdict(
+        "e3",
+        agent._uploads["e3"],
+        {"status": "rejected", "qa_failures": [{"code": "cell_full"}]},
+    )
+    for _ in range(4):
+        agent.collect_and_upload(job, missing_seconds=100)
+    later = [b["objects_handled"][0] for b in api.registered[3:]]
+    assert sorted(later) == ["mug", "mug", "plate", "plate"]  # no sponge any more
