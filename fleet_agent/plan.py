@@ -10,11 +10,11 @@ scene of its site (a scene arranged since means the camera may have moved).
 
 Each episode then names (`CollectionPlan.episode_fields`):
 
-- its **scene**: the one the job was set up in, chosen when the job is first worked on: that
-  of an earlier job of the same order and environment at the site (a shortfall's job), else
-  the site's scene at the job's environment index (modulo their number), or, if a job of
+- its **scene**: the one the job was set up in, chosen when the job is first worked on: the
+  site's scene at the job's environment index (modulo their number), or, if a job of
   another environment of the order at that site has it, the next one none has (an order
-  counting scenes binds each environment to a scene of its own);
+  counting scenes binds each environment to a scene of its own; a later job for the same
+  environment, a shortfall's, so finds the same scene);
 - the **object** it handled (`objects_handled`, one name): the job cycles through K of the
   site's objects, K = the job's `objects_per_environment` when the platform shows it, else
   all of them; the K start at offset environment_index x K (x 1 when K is not shown), so
@@ -271,14 +271,13 @@ class CollectionPlan:
                 for other_id, p in self.jobs.items()
                 if self._placed[other_id][0] == place
             ]
-            # a job for an environment of the order already worked on (a shortfall's) keeps
-            # its scene; another environment takes one no other environment has
-            same = next((p.scene for env, p in others if env == index), None)
+            # a scene no other environment of the order has at this site (so a job for an
+            # environment already worked on, a shortfall's, finds its scene again)
             taken = {p.scene for env, p in others if env != index}
             cycle = objects_cycle(
                 self.objects.get(job["site"], []), index, job.get("objects_per_environment")
             )
-            plan = JobPlan(scene=same or choose_scene(names, index, taken), cycle=cycle)
+            plan = JobPlan(scene=choose_scene(names, index, taken), cycle=cycle)
             self.jobs[job["id"]] = plan
             self._placed[job["id"]] = (place, index)
         return plan

@@ -116,6 +116,10 @@ def test_look_at_is_a_rotation():
             {"extrinsics": [[2, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]},
             "not orthonormal",
         ),
+        (  # unit columns, not at right angles (a sheared frame)
+            {"extrinsics": [[1, 0.6, 0, 0], [0, 0.8, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]},
+            "not orthonormal",
+        ),
         (
             {"extrinsics": [[-1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]},
             "reflection",
@@ -183,6 +187,7 @@ objects = ["socket"]
 match = "episode_00000[2-3]"
 operator = "op-9"
 success = false
+objects = ["gear"]
 [recordings.calibrations]
 scene = "{CAL_B}"
 """
@@ -196,7 +201,7 @@ scene = "{CAL_B}"
     assert mapping.overrides("episode_000001") == {"scene": "evening", "objects": ("socket",)}
     assert mapping.overrides("episode_000002") == {
         "scene": "evening",
-        "objects": ("socket",),
+        "objects": ("gear",),  # the later rule's
         "operator": "op-9",
         "success": False,
         "calibrations": {"scene": CalibrationRef(id=CAL_B)},
@@ -685,6 +690,13 @@ def test_each_episode_names_its_scene_object_and_the_calibrations_in_force():
     assert plan.episode_fields(another, ROBOT, None)[0]["scene"] == "arrangement-1"
     third = {**JOB, "id": "j5", "environment_index": 2}  # every scene has an environment
     assert plan.episode_fields(third, ROBOT, None)[0]["scene"] == "arrangement-1"
+    # order o3: environment 2 would take arrangement-1, which environment 0 has
+    first = {**JOB, "id": "j6", "order": "o3", "environment_index": 0}
+    later = {**JOB, "id": "j7", "order": "o3", "environment_index": 2}
+    assert plan.episode_fields(first, ROBOT, None)[0]["scene"] == "arrangement-1"
+    assert plan.episode_fields(later, ROBOT, None)[0]["scene"] == "arrangement-2"
+    again = {**JOB, "id": "j8", "order": "o3", "environment_index": 2}  # its shortfall's job
+    assert plan.episode_fields(again, ROBOT, None)[0]["scene"] == "arrangement-2"
 
 
 def test_an_object_qa_refuses_for_a_job_leaves_its_cycle():
