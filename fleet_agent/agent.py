@@ -24,8 +24,7 @@ import random
 import re
 import threading
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import ROUND_DOWN, Decimal
 
 from fleet_agent import uploads
@@ -34,6 +33,7 @@ from fleet_agent.client import ApiClient, ApiError, TransientError
 from fleet_agent.config import AgentConfig, SiteConfig
 from fleet_agent.episodes import AGENT_DEFECTS, Episode, choose_defect, make_episode, resubmitted
 from fleet_agent.plan import CollectionPlan
+from fleet_agent.summary import RunSummary
 from fleet_agent.webhooks import WebhookReceiver
 
 log = logging.getLogger("fleet_agent")
@@ -41,45 +41,6 @@ log = logging.getLogger("fleet_agent")
 WORKING = ("assigned", "in_progress")
 DECIDED = ("accepted", "rejected")
 FPS_IN_MESSAGE = re.compile(r"recorded at (\d+) fps")
-
-
-@dataclass
-class RunSummary:
-    """What a run did; `run()` returns it, and `FleetAgent.summary` keeps it up to date."""
-
-    offers_accepted: int = 0
-    offers_declined: int = 0
-    episodes_uploaded: int = 0
-    defective_uploaded: int = 0
-    uploads_by_method: Counter = field(default_factory=Counter)
-    episodes_accepted: int = 0
-    episodes_rejected: int = 0
-    rejection_reasons: Counter = field(default_factory=Counter)
-    webhooks_received: Counter = field(default_factory=Counter)
-    jobs_completed: set = field(default_factory=set)
-    errors: list = field(default_factory=list)
-    elapsed_seconds: float = 0.0
-    stopped_because: str = ""
-    # the collection plan (issue 30): objects, scenes, calibrations this run registered
-    plan_registered: Counter = field(default_factory=Counter)
-
-    def as_dict(self) -> dict:
-        return {
-            "offers_accepted": self.offers_accepted,
-            "offers_declined": self.offers_declined,
-            "episodes_uploaded": self.episodes_uploaded,
-            "defective_uploaded": self.defective_uploaded,
-            "uploads_by_method": dict(self.uploads_by_method),
-            "episodes_accepted": self.episodes_accepted,
-            "episodes_rejected": self.episodes_rejected,
-            "rejection_reasons": dict(self.rejection_reasons),
-            "webhooks_received": dict(self.webhooks_received),
-            "jobs_completed": sorted(self.jobs_completed),
-            "errors": list(self.errors),
-            "elapsed_seconds": round(self.elapsed_seconds, 2),
-            "stopped_because": self.stopped_because,
-            "plan_registered": dict(self.plan_registered),
-        }
 
 
 @dataclass
@@ -434,21 +395,7 @@ class FleetAgent:
         plan_defect = self.plan.next_defect(job, robot)
         defect = None if plan_defect else choose_defect(self.rng, self.defect_rate, kinds)
         video_defect = defect if defect in VIDEO_DEFECTS else None
-        embodiment, last = self._embodiment(job["embodiment"]), self._last_clean.get(job["id"])
-        if defect == "near_duplicate" and last is not None:
-            episode = resubmitted(last)  # the previous clean episode of this job, sent again
-        else:
-            defect = None if defect == "near_duplicate" else defect
-            episode = make_episode(
-                action_dim=int(embodiment["action_dim"]),
-                fps=fps,
-                seconds=seconds,
-                seed=self.rng.getrandbits(32),
-                defect=None if video_defect else defect,
-                state_limits=embodiment.get("state_limits") or None,
-                vectors=uploads.vectors_of(job),
-            )
-            self._last_clean[job["id"]] = episode if defect is None else last
+        episode, defect = self._record(job, fps, seconds, defect, video_defect)
         videos = uploads.videos_for(
             job, episode, seed=self.rng.getrandbits(16), defect=video_defect
         )
@@ -501,6 +448,24 @@ class FleetAgent:
             f", defect {defect}" if defect else "",
         )
         return episode_id
+
+    def _record(self, job, fps, seconds, defect, video_defect) -> tuple[Episode, str | None]:
+        """The episode's parquet (with a file or content defect), and the defect it has."""
+        embodiment, last = self._embodiment(job["embodiment"]), self._last_clean.get(job["id"])
+        if defect == "near_duplicate" and last is not None:
+            return resubmitted(last), defect  # the previous clean episode, sent again
+        defect = None if defect == "near_duplicate" else defect
+        episode = make_episode(
+            action_dim=int(embodiment["action_dim"]),
+            fps=fps,
+            seconds=seconds,
+            seed=self.rng.getrandbits(32),
+            defect=None if video_defect else defect,
+            state_limits=embodiment.get("state_limits") or None,
+            vectors=uploads.vectors_of(job),
+        )
+        self._last_clean[job["id"]] = episode if defect is None else last
+        return episode, defect
 
     def _put(self, episode_id: str, upload: dict, episode: Episode) -> list[dict] | None:
         """Send the parquet as instructed; renew the URLs once if storage refuses them."""
