@@ -910,3 +910,18 @@ def test_the_agents_registrations_carry_the_plan_and_its_defects():
         agent.collect_and_upload(job, missing_seconds=100)
     later = [b["objects_handled"][0] for b in api.registered[3:]]
     assert sorted(later) == ["mug", "mug", "plate", "plate"]  # no sponge any more
+
+
+def test_on_start_an_old_calibration_is_replaced_and_a_retired_object_reactivated():
+    _, api = _plan()
+    for row in api.rows["calibrations"]:
+        row["calibrated_at"] = (datetime.now(UTC) - timedelta(days=8)).isoformat()
+    for row in api.rows["scenes"]:  # arranged before: only the age counts
+        row["arranged_at"] = (datetime.now(UTC) - timedelta(days=30)).isoformat()
+    api.rows["objects"][1]["active"] = False
+
+    again, _ = _plan(api=api)
+
+    assert again.registered == {"calibrations": 2}
+    assert again.calibrations[("r1", "scene")]["id"] == api.rows["calibrations"][2]["id"]
+    assert api.patches == [("objects-1", {"active": True})]
