@@ -55,9 +55,11 @@ def read_episode_folder(
     if not source.is_dir():
         raise RecordingError(f"{source}: not a folder (format episode-folder reads a folder)")
     options = mapping.source
-    unknown = set(options) - {"fps", "recursive"}
+    unknown = sorted(set(options) - {"fps", "recursive"})
     if unknown:
-        raise RecordingError(f"[source] {sorted(unknown)[0]}: unknown option for episode-folder")
+        raise RecordingError(
+            f"[source] {unknown[0]}: unknown option for episode-folder (known: fps, recursive)"
+        )
     fps = options.get("fps")
     if fps is not None and (not isinstance(fps, int) or isinstance(fps, bool) or fps < 1):
         raise RecordingError("[source] fps: a whole number of frames per second >= 1")

@@ -64,6 +64,23 @@ TOP_KEYS = (
 PER_RECORDING = ("operator", "task_instruction", "success", "scene", "objects", "calibrations")
 RULE_KEYS = ("match", "episodes", *PER_RECORDING)
 CALIBRATION_REF_KEYS = ("id", "file")
+# The [source] options each built-in reader takes (a misspelt one would be ignored by the
+# reader): checked here, naming the known ones. The episode-folder reader checks its own.
+STREAM_KEYS = ("topic", "names", "field", "indices")
+SOURCE_OPTIONS = {
+    "lerobot": ("video_codec", "cameras", "episodes", "vectors"),
+    "aloha-hdf5": ("fps", "video_codec", "cameras", "qvel_key", "pattern"),
+    "mcap": (
+        "fps",
+        "max_age_frames",
+        "clock",
+        "video_codec",
+        "state",
+        "action",
+        "cameras",
+        "vectors",
+    ),
+}
 
 
 class MappingError(ValueError):
@@ -275,6 +292,21 @@ def _rule(data, where: str, base: Path, fmt: str) -> RecordingRule:
     return RecordingRule(match=tuple(match), episodes=tuple(episodes), values=values)
 
 
+def _source_options(source: dict, fmt: str) -> None:
+    if fmt not in SOURCE_OPTIONS:
+        return
+    _unknown(source, "source", SOURCE_OPTIONS[fmt])
+    if fmt != "mcap":
+        return
+    for key in ("state", "action"):
+        if isinstance(source.get(key), dict):
+            _unknown(source[key], f"source.{key}", STREAM_KEYS)
+    vectors = source.get("vectors")
+    for i, vector in enumerate(vectors if isinstance(vectors, list) else []):
+        if isinstance(vector, dict):
+            _unknown(vector, f"source.vectors[{i}]", ("key", *STREAM_KEYS))
+
+
 def parse_mapping(data: dict, base: str | Path | None = None) -> ImportMapping:
     """`base`: the folder calibration files are relative to (the mapping file's)."""
     base = Path(base) if base is not None else Path.cwd()
@@ -288,6 +320,7 @@ def parse_mapping(data: dict, base: str | Path | None = None) -> ImportMapping:
     if not isinstance(source, dict):
         raise MappingError("source: must be a table")
     fmt = data["format"].strip()
+    _source_options(source, fmt)
     values = _recording_values(data, "", base)
     rules = data.get("recordings", [])
     if not isinstance(rules, list):

@@ -241,6 +241,22 @@ scene = "{CAL_B}"
             r"calibrations.wrist.file: .*missing",
         ),
         ({"success": "yes"}, "success: must be true or false"),
+        (
+            {"source": {"vidoe_codec": "av1"}},
+            r"source: unknown key 'vidoe_codec' \(did you mean video_codec\?\); known keys: cam",
+        ),
+        (
+            {"format": "aloha-hdf5", "source": {"fps": 50, "qvel": "x"}},
+            r"did you mean qvel_key\?",
+        ),
+        (
+            {"format": "mcap", "source": {"fps": 30, "state": {"topic": "/j", "name": ["a"]}}},
+            r"source.state: unknown key 'name' \(did you mean names\?\)",
+        ),
+        (
+            {"format": "mcap", "source": {"vectors": [{"key": "k", "topik": "/ft"}]}},
+            r"source.vectors\[0\]: unknown key 'topik' \(did you mean topic\?\)",
+        ),
     ],
 )
 def test_mapping_mistakes_name_the_key(tmp_path, data, message):
