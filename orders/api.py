@@ -30,6 +30,7 @@ from orders.error_codes import ErrorCode
 from orders.models import (
     ComplexityLevel,
     Embodiment,
+    EnvironmentUnit,
     Order,
     OrderEvent,
     OutputFormat,
@@ -128,6 +129,8 @@ class RateCardSerializer(serializers.Serializer):
     effective_from = serializers.DateTimeField()
     included_environments = serializers.IntegerField()
     extra_environment_fee = serializers.DecimalField(max_digits=14, decimal_places=4)
+    included_objects = serializers.IntegerField()
+    extra_object_fee = serializers.DecimalField(max_digits=14, decimal_places=4)
     rush_surcharge_percent = serializers.DecimalField(max_digits=5, decimal_places=2)
     standard_lead_days = serializers.IntegerField()
     rush_lead_days = serializers.IntegerField()
@@ -185,6 +188,49 @@ class DatasetRequestSerializer(serializers.Serializer):
         child=serializers.SlugField(max_length=60), required=False, default=list, max_length=20
     )
     rush = serializers.BooleanField(default=False)
+    # The collection plan (issue 30); orders.services checks how the fields fit together.
+    environment_unit = serializers.ChoiceField(
+        choices=EnvironmentUnit.choices,
+        default=EnvironmentUnit.SITE,
+        help_text="What an environment is: a distinct site, or a distinct scene.",
+    )
+    distinct_objects = serializers.IntegerField(
+        min_value=1,
+        max_value=10000000,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Distinct objects over the whole plan, between objects_per_environment and"
+        " environments x objects_per_environment (null: as many as one environment's). Each"
+        " beyond the rate card's included objects is priced.",
+    )
+    object_categories = serializers.ListField(
+        child=serializers.CharField(max_length=60),
+        required=False,
+        default=list,
+        max_length=20,
+        help_text="Object categories allowed (lower-case names; empty: any).",
+    )
+    demos_per_cell = serializers.IntegerField(
+        min_value=1, max_value=100000, required=False, allow_null=True, default=None
+    )
+    cell_min_share_percent = serializers.DecimalField(
+        max_digits=5,
+        decimal_places=2,
+        min_value=Decimal(1),
+        max_value=Decimal(100),
+        default=Decimal(50),
+        help_text="A cell is short below this share of its even part of the hours.",
+    )
+    cell_max_share_percent = serializers.DecimalField(
+        max_digits=5,
+        decimal_places=2,
+        min_value=Decimal(100),
+        max_value=Decimal("999.99"),
+        default=Decimal(150),
+        help_text="A cell is full at this share of its even part of the hours.",
+    )
+    calibrated_cameras = serializers.BooleanField(default=False)
 
     def validate(self, attrs):
         refused = [name for name in REFUSED_PRICE_FIELDS if name in self.initial_data]
@@ -196,6 +242,14 @@ class DatasetRequestSerializer(serializers.Serializer):
 
     def to_request(self) -> services.DatasetRequest:
         return services.DatasetRequest.of(self.validated_data)
+
+
+class QuoteRequestSerializer(DatasetRequestSerializer):
+    advise = serializers.BooleanField(
+        default=False,
+        help_text="Also return plan_advice: the plan advisor's proposal (environments x"
+        " objects x demonstrations per cell, with why). The quote is priced as requested.",
+    )
 
 
 def _dataset_request(data) -> services.DatasetRequest:
@@ -211,6 +265,17 @@ class LineItemSerializer(serializers.Serializer):
     quantity = serializers.CharField(help_text="A decimal, as a string.")
     unit_amount = serializers.CharField(help_text="A decimal, as a string.")
     amount = serializers.CharField(help_text="A decimal in the currency's minor unit, as a string.")
+
+
+PLAN_FIELDS = [
+    "environment_unit",
+    "distinct_objects",
+    "object_categories",
+    "demos_per_cell",
+    "cell_min_share_percent",
+    "cell_max_share_percent",
+    "calibrated_cameras",
+]
 
 
 class PricedSpecSerializer(serializers.ModelSerializer):
@@ -233,6 +298,7 @@ class PricedSpecSerializer(serializers.ModelSerializer):
         "objects_per_environment",
         "sensors",
         "rush",
+        *PLAN_FIELDS,
         "currency",
         "lines",
         "total",
@@ -241,15 +307,32 @@ class PricedSpecSerializer(serializers.ModelSerializer):
 
 
 class QuoteSerializer(PricedSpecSerializer):
+    supply = serializers.JSONField(
+        read_only=True,
+        help_text="The supply check at pricing time: {coverable (true, false, null: unknown),"
+        " shortfalls (sentences), eta (YYYY-MM-DD or null), basis, available_environments}.",
+    )
+    plan_advice = serializers.JSONField(
+        read_only=True,
+        help_text="With advise: {environments, objects_per_environment, distinct_objects,"
+        " demos_per_cell, why}; else {}.",
+    )
+
     class Meta:
         model = Quote
-        fields = [*PricedSpecSerializer.SPEC_FIELDS, "created_at", "expires_at"]
+        fields = [
+            *PricedSpecSerializer.SPEC_FIELDS,
+            "supply",
+            "plan_advice",
+            "created_at",
+            "expires_at",
+        ]
         read_only_fields = fields
 
 
 @extend_schema_view(
     post=extend_schema(
-        request=DatasetRequestSerializer,
+        request=QuoteRequestSerializer,
         responses={201: QuoteSerializer},
         summary="Price a dataset (anonymous callers welcome, throttled)",
     )
@@ -260,9 +343,15 @@ class QuoteCreate(APIView):
 
     def post(self, request):
         caller = caller_for_request(request)
-        dataset_request = _dataset_request(request.data)
+        serializer = QuoteRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        dataset_request = serializer.to_request()
         require_unrevoked_key(request)  # revoked since it authenticated: 401, nothing stored
-        quote = services.quote_create(organization=caller.organization, request=dataset_request)
+        quote = services.quote_create(
+            organization=caller.organization,
+            request=dataset_request,
+            advise=serializer.validated_data["advise"],
+        )
         # the hot path: the same fields as QuoteSerializer, built directly (tested equal)
         return Response(quote_representation(quote), status=status.HTTP_201_CREATED)
 
@@ -322,6 +411,11 @@ class OrderDetailsSerializer(serializers.Serializer):
         default=DEFAULT_VIDEO_CODEC,
         help_text="The delivered videos' codec: av1 (LeRobot's default) or h264 (compatibility).",
     )
+    waitlist = serializers.BooleanField(
+        default=False,
+        help_text="Place the order although the supply check found the platform cannot cover"
+        " it: it is waitlisted (collection waits for staff). Without it: 409 not_coverable.",
+    )
 
     def to_details(self) -> services.OrderDetails:
         data = self.validated_data
@@ -354,6 +448,9 @@ class OrderEventSerializer(serializers.ModelSerializer):
 
 class OrderSerializer(PricedSpecSerializer):
     quote = serializers.UUIDField(source="quote_id", read_only=True, allow_null=True)
+    supply = serializers.JSONField(
+        read_only=True, help_text="The supply check when it was priced (as a quote's)."
+    )
 
     class Meta:
         model = Order
@@ -368,6 +465,9 @@ class OrderSerializer(PricedSpecSerializer):
             "notes",
             "stream_spec",
             "accepted_hours",
+            "supply",
+            "cells_planned",
+            "waitlisted",
             "created_at",
             "updated_at",
         ]

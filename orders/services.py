@@ -1,5 +1,6 @@
 """Writes for orders: quotes, order creation, and the one transition service."""
 
+import re
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from decimal import Decimal
@@ -12,13 +13,14 @@ from marketplace.audit import actor_label as label_of
 from marketplace.errors import Conflict, NotFound, ServiceError, invalid
 from marketplace.tenancy import Caller
 from marketplace.transitions import require_transition
-from orders import catalog, signals
+from orders import catalog, plan_advisor, signals, supply
 from orders.error_codes import ErrorCode
 from orders.models import (
     CUSTOMER_CANCELLABLE,
     ORDER_TRANSITIONS,
     ComplexityLevel,
     Embodiment,
+    EnvironmentUnit,
     Order,
     OrderEvent,
     OutputFormat,
@@ -49,6 +51,21 @@ class DatasetRequest:
     objects_per_environment: int = 1
     sensors: tuple[str, ...] = ()
     rush: bool = False
+    # The collection plan (issue 30; models.DatasetSpec says what each means).
+    environment_unit: str = EnvironmentUnit.SITE
+    distinct_objects: int | None = None
+    object_categories: tuple[str, ...] = ()
+    demos_per_cell: int | None = None
+    cell_min_share_percent: Decimal = Decimal("50")
+    cell_max_share_percent: Decimal = Decimal("150")
+    calibrated_cameras: bool = False
+
+    @property
+    def plan_distinct_objects(self) -> int:
+        """The distinct objects the plan prices: distinct_objects, else one environment's."""
+        if self.distinct_objects is not None:
+            return self.distinct_objects
+        return self.objects_per_environment
 
     @classmethod
     def of(cls, values) -> "DatasetRequest":
@@ -62,7 +79,19 @@ class DatasetRequest:
             objects_per_environment=values.get("objects_per_environment", 1),
             sensors=tuple(values.get("sensors", ())),
             rush=values.get("rush", False),
+            environment_unit=values.get("environment_unit") or EnvironmentUnit.SITE,
+            distinct_objects=values.get("distinct_objects"),
+            object_categories=tuple(values.get("object_categories") or ()),
+            demos_per_cell=values.get("demos_per_cell"),
+            cell_min_share_percent=_or_default(values, "cell_min_share_percent", "50"),
+            cell_max_share_percent=_or_default(values, "cell_max_share_percent", "150"),
+            calibrated_cameras=values.get("calibrated_cameras", False),
         )
+
+
+def _or_default(values, name: str, default: str) -> Decimal:
+    value = values.get(name)
+    return Decimal(default) if value is None else value
 
 
 @dataclass(frozen=True)
@@ -75,6 +104,10 @@ class OrderDetails:
     pilot_hours: Decimal | None = None
     notes: str = ""
     video_codec: str = DEFAULT_VIDEO_CODEC  # the delivered videos' codec (orders/streams.py)
+    # Place it although the supply check found the platform cannot cover it (a waitlisted
+    # order: dispatch holds its jobs until staff release it). Without it such an order is
+    # refused (409 not_coverable).
+    waitlist: bool = False
 
 
 @dataclass
@@ -136,6 +169,7 @@ def _resolve(request: DatasetRequest, known: catalog.Catalog) -> _ResolvedReques
         )
     if request.objects_per_environment < 1:
         raise invalid("objects_per_environment", "At least one object per environment.")
+    _validate_plan(request)
     return _ResolvedRequest(
         task_type=task_type,
         complexity=complexity,
@@ -143,6 +177,45 @@ def _resolve(request: DatasetRequest, known: catalog.Catalog) -> _ResolvedReques
         sensors=sensors,
         known=known,
     )
+
+
+OBJECT_CATEGORY = re.compile(r"^[a-z0-9][a-z0-9 _-]{0,59}$")
+MAX_OBJECT_CATEGORIES = 20
+CELL_MIN_SHARE = (Decimal(1), Decimal(100))
+CELL_MAX_SHARE = (Decimal(100), Decimal("999.99"))  # the stored field's 5 digits
+
+
+def _validate_plan(request: DatasetRequest) -> None:
+    """The collection plan's own rules (issue 30), each refusal on its field."""
+    if request.environment_unit not in EnvironmentUnit.values:
+        raise invalid("environment_unit", f"One of {', '.join(EnvironmentUnit.values)}.")
+    per_environment, environments = request.objects_per_environment, request.environments
+    if request.distinct_objects is not None and not (
+        per_environment <= request.distinct_objects <= environments * per_environment
+    ):
+        raise invalid(
+            "distinct_objects",
+            f"Distinct objects must be between the objects per environment ({per_environment})"
+            f" and environments x objects per environment ({environments * per_environment}).",
+        )
+    categories = request.object_categories
+    if len(categories) > MAX_OBJECT_CATEGORIES:
+        raise invalid("object_categories", f"At most {MAX_OBJECT_CATEGORIES} categories.")
+    bad = [name for name in categories if not OBJECT_CATEGORY.match(str(name))]
+    if bad:
+        raise invalid(
+            "object_categories",
+            "Categories are lower-case names (letters, digits, spaces, '-' or '_', at most 60"
+            f" characters): {', '.join(repr(str(name)[:60]) for name in bad[:3])}.",
+        )
+    if request.demos_per_cell is not None and request.demos_per_cell < 1:
+        raise invalid("demos_per_cell", "At least one demonstration per cell.")
+    low, high = CELL_MIN_SHARE
+    if not (low <= request.cell_min_share_percent <= high):
+        raise invalid("cell_min_share_percent", f"Between {low} and {high} percent.")
+    low, high = CELL_MAX_SHARE
+    if not (low <= request.cell_max_share_percent <= high):
+        raise invalid("cell_max_share_percent", f"Between {low} and {high} percent.")
 
 
 def _price(request: DatasetRequest, resolved: _ResolvedRequest, rate_card: RateCard) -> Price:
@@ -155,6 +228,7 @@ def _price(request: DatasetRequest, resolved: _ResolvedRequest, rate_card: RateC
                 environments=request.environments,
                 sensors=tuple(resolved.sensors),
                 rush=request.rush,
+                distinct_objects=request.plan_distinct_objects,
             ),
             rate_card_terms(rate_card),
         )
@@ -183,6 +257,13 @@ def _spec_fields(
         "objects_per_environment": request.objects_per_environment,
         "sensor_slugs": resolved.sensors,
         "rush": request.rush,
+        "environment_unit": request.environment_unit,
+        "distinct_objects": request.distinct_objects,
+        "object_categories": sorted(set(request.object_categories)),
+        "demos_per_cell": request.demos_per_cell,
+        "cell_min_share_percent": request.cell_min_share_percent,
+        "cell_max_share_percent": request.cell_max_share_percent,
+        "calibrated_cameras": request.calibrated_cameras,
         "rate_card": rate_card,
         "currency": price.currency,
         "lines": [line.as_json() for line in price.lines],
@@ -200,16 +281,88 @@ def _priced_quote(*, organization, request: DatasetRequest) -> Quote:
     )
 
 
-def quote_create(*, organization, request: DatasetRequest) -> Quote:
-    """Price a request with the rate card in force and store it until it expires."""
-    quote = _priced_quote(organization=organization, request=request)
+def _supply_of(
+    request: DatasetRequest,
+    resolved: _ResolvedRequest,
+    rate_card: RateCard,
+    deadline: date | None = None,
+) -> supply.SupplyAnswer:
+    """The supply check's answer for this plan (orders/supply.py: unknown when no check is
+    registered)."""
+    return supply.supply_check(
+        supply.SupplyQuestion(
+            embodiment=resolved.embodiment.slug,
+            task_category=resolved.task_type.category,
+            sensors=tuple(resolved.sensors),
+            hours=request.hours,
+            environments=request.environments,
+            environment_unit=request.environment_unit,
+            objects_per_environment=request.objects_per_environment,
+            distinct_objects=request.plan_distinct_objects,
+            object_categories=tuple(sorted(set(request.object_categories))),
+            rush=request.rush,
+            lead_days=rate_card.rush_lead_days if request.rush else rate_card.standard_lead_days,
+            deadline=deadline,
+        )
+    )
+
+
+def _advice(
+    request: DatasetRequest, resolved: _ResolvedRequest, answer: supply.SupplyAnswer
+) -> dict:
+    return plan_advisor.advise(
+        task_category=resolved.task_type.category,
+        contact_rich=resolved.task_type.contact_rich,
+        complexity=resolved.complexity.level,
+        hours=request.hours,
+        max_environments=settings.ORDER_MAX_ENVIRONMENTS,
+        available_environments=answer.available_environments,
+    ).as_json()
+
+
+def quote_create(*, organization, request: DatasetRequest, advise: bool = False) -> Quote:
+    """Price a request with the rate card in force and store it until it expires, with the
+    supply check's answer (can the platform cover it, by when) and, when asked, the plan
+    advisor's proposal (the quote itself is priced as requested)."""
+    resolved, rate_card = _resolved_with_card(request)
+    price = _price(request, resolved, rate_card)
+    answer = _supply_of(request, resolved, rate_card)
+    quote = Quote(
+        organization=organization,
+        expires_at=timezone.now() + timedelta(hours=rate_card.quote_validity_hours),
+        supply=answer.as_json(),
+        plan_advice=_advice(request, resolved, answer) if advise else {},
+        **_spec_fields(request, resolved, rate_card, price),
+    )
     quote.save(force_insert=True)
     return quote
 
 
 def quote_preview(*, request: DatasetRequest) -> Quote:
-    """The same price as quote_create, stored nowhere (the live price calculator)."""
+    """The same price as quote_create, stored nowhere (the live price calculator); no supply
+    check (the stored quote carries it)."""
     return _priced_quote(organization=None, request=request)
+
+
+class NotCoverable(Conflict):
+    code = ErrorCode.NOT_COVERABLE
+
+
+def _require_coverable_or_waitlist(answer: dict, details: OrderDetails) -> bool:
+    """Whether the order is waitlisted: a plan the platform cannot cover is placed only
+    when the customer asks for the waitlist (else 409 with the shortfalls)."""
+    if not supply.not_coverable(answer):
+        return False
+    if details.waitlist:
+        return True
+    shortfalls = list(answer.get("shortfalls") or []) or ["The platform cannot cover it."]
+    raise NotCoverable(
+        "The platform's active fleets cannot cover this order now: "
+        + "; ".join(shortfalls)
+        + ". Send waitlist: true to place it as a waitlisted order (its collection waits"
+        " until staff release it).",
+        fields={"waitlist": shortfalls},
+    )
 
 
 def _validate_details(
@@ -271,6 +424,7 @@ def _order_open(
         deadline=details.deadline,
         pilot_hours=details.pilot_hours,
         notes=details.notes,
+        cells_planned=True,  # planned and checked by (environment, object) cell (issue 30)
         # Placed: what every episode carries is frozen now (later catalog edits do not move it).
         stream_spec=build_stream_spec(
             embodiment=fields["embodiment"],
@@ -290,7 +444,12 @@ def _order_open(
                 order=order,
                 from_status=draft,
                 to_status=priced,
-                reason=f"Priced at {order.total} {order.currency}; awaiting payment.",
+                reason=f"Priced at {order.total} {order.currency}; awaiting payment."
+                + (
+                    " Waitlisted: the platform cannot cover it now; collection waits for staff."
+                    if order.waitlisted
+                    else ""
+                ),
                 **actor,
             ),
         ]
@@ -305,10 +464,16 @@ def order_create(*, caller: Caller, request: DatasetRequest, details: OrderDetai
     resolved, rate_card = _resolved_with_card(request)
     price = _price(request, resolved, rate_card)
     _validate_details(details, hours=request.hours, rush=request.rush, rate_card=rate_card)
+    answer = _supply_of(request, resolved, rate_card, deadline=details.deadline).as_json()
+    waitlisted = _require_coverable_or_waitlist(answer, details)
     with transaction.atomic():
         return _order_open(
             caller=caller,
-            fields=_spec_fields(request, resolved, rate_card, price),
+            fields={
+                **_spec_fields(request, resolved, rate_card, price),
+                "supply": answer,
+                "waitlisted": waitlisted,
+            },
             details=details,
             quote=None,
             known=resolved.known,
@@ -324,6 +489,15 @@ QUOTE_COPIED_FIELDS = (
     "objects_per_environment",
     "sensor_slugs",
     "rush",
+    "environment_unit",
+    "distinct_objects",
+    "object_categories",
+    "demos_per_cell",
+    "cell_min_share_percent",
+    "cell_max_share_percent",
+    "calibrated_cameras",
+    "plan_advice",
+    "supply",
     "rate_card",
     "currency",
     "lines",
@@ -356,6 +530,7 @@ def order_create_from_quote(*, caller: Caller, quote_id, details: OrderDetails) 
             )
         _validate_details(details, hours=quote.hours, rush=quote.rush, rate_card=quote.rate_card)
         fields = {name: getattr(quote, name) for name in QUOTE_COPIED_FIELDS}
+        fields["waitlisted"] = _require_coverable_or_waitlist(quote.supply, details)
         return _order_open(caller=caller, fields=fields, details=details, quote=quote)
 
 
@@ -507,3 +682,39 @@ def order_mark_refunded(*, order_id, actor_label: str, reason: str) -> Order:
     return order_transition(
         order_id=order_id, to_status=Order.Status.REFUNDED, actor_label=actor_label, reason=reason
     )
+
+
+WAITLIST_OPEN_STATUSES = frozenset(
+    {
+        Order.Status.AWAITING_PAYMENT,
+        Order.Status.PAID,
+        Order.Status.IN_COLLECTION,
+        Order.Status.IN_REVIEW,
+    }
+)
+
+
+def order_waitlist_release(*, order_id, actor_label: str, reason: str = "") -> Order:
+    """Staff release a waitlisted order: it is no longer waitlisted (audited as an event of
+    its current status). The caller (fleets' release) opens its held jobs in the same
+    transaction; the order's row lock comes first, as everywhere."""
+    with transaction.atomic():
+        order = Order.objects.select_for_update().filter(pk=order_id).first()
+        if order is None:
+            raise NotFound("Order not found.")
+        if not order.waitlisted:
+            raise Conflict("The order is not waitlisted.", code=ErrorCode.NOT_WAITLISTED)
+        if order.status not in WAITLIST_OPEN_STATUSES:
+            raise InvalidTransition(
+                f"A {order.get_status_display().lower()} order is not released from the waitlist."
+            )
+        order.waitlisted = False
+        order.save(update_fields=["waitlisted", "updated_at"])
+        OrderEvent.objects.create(
+            order=order,
+            from_status=order.status,
+            to_status=order.status,
+            actor_label=actor_label,
+            reason=("Released from the waitlist: " + (reason or "collection may start."))[:2000],
+        )
+    return order
