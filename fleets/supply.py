@@ -106,17 +106,19 @@ def supply_check(question: SupplyQuestion) -> SupplyAnswer:
     object_words = _plural(question.objects_per_environment, "registered active object")
     if question.object_categories:
         object_words += f" ({', '.join(question.object_categories)})"
-    if len(sites) < needed:
+    sites_needed = 1 if scenes_mode else needed  # scenes: one site may hold them all
+    if len(sites) < sites_needed:
         shortfalls.append(
-            f"{_plural(len(sites), 'matching site')}, the plan needs {needed}"
+            f"{_plural(len(sites), 'matching site')}, the plan needs"
+            f" {'at least 1' if scenes_mode else needed}"
             f" (a matching site has {_what_matches(question)})"
         )
-    elif len(usable) < (1 if scenes_mode else needed):
+    elif len(usable) < sites_needed:
         shortfalls.append(
             f"{_plural(len(usable), 'matching site')} with at least {object_words},"
-            f" the plan needs {needed}"
+            f" the plan needs {'at least 1' if scenes_mode else needed}"
         )
-    if scenes_mode and sites and available < needed:
+    if scenes_mode and usable and available < needed:
         shortfalls.append(
             f"{_plural(available, 'active scene')} at matching sites with at least"
             f" {object_words}, the plan needs {needed} distinct scenes"
@@ -135,12 +137,13 @@ def supply_check(question: SupplyQuestion) -> SupplyAnswer:
     )
     if usable and weekly <= 0:
         shortfalls.append("the matching fleets have no weekly capacity")
-    if not usable or weekly <= 0:
+    if shortfalls:  # no date for a plan the platform cannot even start to cover
         return SupplyAnswer(
             coverable=False,
             shortfalls=tuple(shortfalls),
             eta=None,
-            basis="No delivery date: the platform has no fleet able to collect this plan now.",
+            basis="No delivery date: the platform's fleets cannot offer this plan's"
+            " environments and objects now.",
             available_environments=available,
         )
 

@@ -55,6 +55,7 @@ class DatasetRequestForm(AccessibleFormMixin, forms.Form):
         label="An environment is",
         choices=EnvironmentUnit.choices,
         initial=EnvironmentUnit.SITE,
+        required=False,
         help_text="A distinct site, or a distinct scene (one arrangement of a site).",
     )
     distinct_objects = forms.IntegerField(
@@ -84,6 +85,7 @@ class DatasetRequestForm(AccessibleFormMixin, forms.Form):
         max_digits=5,
         decimal_places=2,
         initial=Decimal(50),
+        required=False,
         help_text="A cell below this share of its even part of the hours is collected again.",
     )
     cell_max_share_percent = forms.DecimalField(
@@ -93,6 +95,7 @@ class DatasetRequestForm(AccessibleFormMixin, forms.Form):
         max_digits=5,
         decimal_places=2,
         initial=Decimal(150),
+        required=False,
         help_text="A cell is full at this share of its even part.",
     )
     calibrated_cameras = forms.BooleanField(
@@ -128,18 +131,22 @@ class DatasetRequestForm(AccessibleFormMixin, forms.Form):
             objects_per_environment=data["objects_per_environment"],
             sensors=tuple(data["sensors"]),
             rush=data["rush"],
-            environment_unit=data["environment_unit"],
+            environment_unit=data["environment_unit"] or EnvironmentUnit.SITE,
             distinct_objects=data["distinct_objects"],
             object_categories=tuple(data["object_categories"]),
             demos_per_cell=data["demos_per_cell"],
-            cell_min_share_percent=data["cell_min_share_percent"],
-            cell_max_share_percent=data["cell_max_share_percent"],
+            cell_min_share_percent=_or(data["cell_min_share_percent"], Decimal(50)),
+            cell_max_share_percent=_or(data["cell_max_share_percent"], Decimal(150)),
             calibrated_cameras=data["calibrated_cameras"],
         )
 
     def clean_object_categories(self) -> list[str]:
         text = self.cleaned_data["object_categories"] or ""
         return sorted({name.strip().lower() for name in text.split(",") if name.strip()})
+
+
+def _or(value, default):
+    return default if value is None else value
 
 
 class OrderDetailsForm(AccessibleFormMixin, forms.Form):
