@@ -95,41 +95,12 @@ def supply_check(question: SupplyQuestion) -> SupplyAnswer:
     usable = [
         site for site in sites if object_counts.get(site, 0) >= question.objects_per_environment
     ]
-    needed = question.environments
-    scenes_mode = question.environment_unit == EnvironmentUnit.SCENE
-    if scenes_mode:
+    if question.environment_unit == EnvironmentUnit.SCENE:
         available = Scene.objects.filter(site_id__in=usable, active=True).count() if usable else 0
     else:
         available = len(usable)
 
-    shortfalls = []
-    object_words = _plural(question.objects_per_environment, "registered active object")
-    if question.object_categories:
-        object_words += f" ({', '.join(question.object_categories)})"
-    sites_needed = 1 if scenes_mode else needed  # scenes: one site may hold them all
-    if len(sites) < sites_needed:
-        shortfalls.append(
-            f"{_plural(len(sites), 'matching site')}, the plan needs"
-            f" {'at least 1' if scenes_mode else needed}"
-            f" (a matching site has {_what_matches(question)})"
-        )
-    elif len(usable) < sites_needed:
-        shortfalls.append(
-            f"{_plural(len(usable), 'matching site')} with at least {object_words},"
-            f" the plan needs {'at least 1' if scenes_mode else needed}"
-        )
-    if scenes_mode and usable and available < needed:
-        shortfalls.append(
-            f"{_plural(available, 'active scene')} at matching sites with at least"
-            f" {object_words}, the plan needs {needed} distinct scenes"
-        )
-    objects_there = sum(object_counts.get(site, 0) for site in usable)
-    if usable and objects_there < question.distinct_objects:
-        shortfalls.append(
-            f"{_plural(objects_there, 'registered object')} at the usable sites,"
-            f" the plan needs {question.distinct_objects} distinct objects"
-        )
-
+    shortfalls = _plan_shortfalls(question, sites, usable, available, object_counts)
     fleet_ids = sorted({sites[site] for site in usable}, key=str)
     weekly = sum(
         Fleet.objects.filter(pk__in=fleet_ids).values_list("weekly_capacity_hours", flat=True),
@@ -157,12 +128,7 @@ def supply_check(question: SupplyQuestion) -> SupplyAnswer:
         f" {_hours(question.hours)} h after them take about {_plural(collect_days, 'day')},"
         f" plus {REVIEW_DAYS} days for QA and delivery."
     )
-    if question.deadline is not None:
-        deadline, deadline_words = question.deadline, f"the deadline {question.deadline}"
-    else:
-        deadline = today + timedelta(days=question.lead_days)
-        kind = "rush" if question.rush else "standard"
-        deadline_words = f"the {kind} lead time of {question.lead_days} days ({deadline})"
+    deadline, deadline_words = _deadline(question, today)
     if eta > deadline:
         shortfalls.append(
             f"at the matching fleets' free capacity the data would be ready about {eta},"
@@ -175,6 +141,51 @@ def supply_check(question: SupplyQuestion) -> SupplyAnswer:
         basis=basis,
         available_environments=available,
     )
+
+
+def _deadline(question: SupplyQuestion, today) -> tuple:
+    """The date the data is due (the order's deadline, else the rate card's lead time)."""
+    if question.deadline is not None:
+        return question.deadline, f"the deadline {question.deadline}"
+    deadline = today + timedelta(days=question.lead_days)
+    kind = "rush" if question.rush else "standard"
+    return deadline, f"the {kind} lead time of {question.lead_days} days ({deadline})"
+
+
+def _plan_shortfalls(
+    question: SupplyQuestion, sites: dict, usable: list, available: int, object_counts: dict
+) -> list[str]:
+    """What the platform lacks for the plan's environments and objects, in plain words."""
+    needed = question.environments
+    scenes_mode = question.environment_unit == EnvironmentUnit.SCENE
+    shortfalls = []
+    object_words = _plural(question.objects_per_environment, "registered active object")
+    if question.object_categories:
+        object_words += f" ({', '.join(question.object_categories)})"
+    sites_needed = 1 if scenes_mode else needed  # scenes: one site may hold them all
+    if len(sites) < sites_needed:
+        shortfalls.append(
+            f"{_plural(len(sites), 'matching site')}, the plan needs"
+            f" {'at least 1' if scenes_mode else needed}"
+            f" (a matching site has {_what_matches(question)})"
+        )
+    elif len(usable) < sites_needed:
+        shortfalls.append(
+            f"{_plural(len(usable), 'matching site')} with at least {object_words},"
+            f" the plan needs {'at least 1' if scenes_mode else needed}"
+        )
+    if scenes_mode and usable and available < needed:
+        shortfalls.append(
+            f"{_plural(available, 'active scene')} at matching sites with at least"
+            f" {object_words}, the plan needs {needed} distinct scenes"
+        )
+    objects_there = sum(object_counts.get(site, 0) for site in usable)
+    if usable and objects_there < question.distinct_objects:
+        shortfalls.append(
+            f"{_plural(objects_there, 'registered object')} at the usable sites,"
+            f" the plan needs {question.distinct_objects} distinct objects"
+        )
+    return shortfalls
 
 
 def _backlog(fleet_ids: list, embodiment: str) -> Decimal:

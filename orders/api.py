@@ -25,12 +25,12 @@ from marketplace.permissions import CanOrder, IsCustomer
 from marketplace.tenancy import caller_for_request
 from marketplace.throttling import PUBLIC_THROTTLES, CallerRateThrottle
 from orders import services
+from orders.api_plan import PLAN_FIELDS, PlanRequestFields, plan_advice_field, supply_field
 from orders.content_qa import content_qa_thresholds
 from orders.error_codes import ErrorCode
 from orders.models import (
     ComplexityLevel,
     Embodiment,
-    EnvironmentUnit,
     Order,
     OrderEvent,
     OutputFormat,
@@ -177,7 +177,7 @@ HOURS_FIELD = {"max_digits": 9, "decimal_places": 2}
 REFUSED_PRICE_FIELDS = ("total", "price", "amount", "lines", "unit_amount", "currency", "rate_card")
 
 
-class DatasetRequestSerializer(serializers.Serializer):
+class DatasetRequestSerializer(PlanRequestFields):
     task_type = serializers.SlugField(max_length=60)
     complexity = serializers.IntegerField(min_value=1, max_value=5, required=False, allow_null=True)
     embodiment = serializers.SlugField(max_length=60)
@@ -188,49 +188,6 @@ class DatasetRequestSerializer(serializers.Serializer):
         child=serializers.SlugField(max_length=60), required=False, default=list, max_length=20
     )
     rush = serializers.BooleanField(default=False)
-    # The collection plan (issue 30); orders.services checks how the fields fit together.
-    environment_unit = serializers.ChoiceField(
-        choices=EnvironmentUnit.choices,
-        default=EnvironmentUnit.SITE,
-        help_text="What an environment is: a distinct site, or a distinct scene.",
-    )
-    distinct_objects = serializers.IntegerField(
-        min_value=1,
-        max_value=10000000,
-        required=False,
-        allow_null=True,
-        default=None,
-        help_text="Distinct objects over the whole plan, between objects_per_environment and"
-        " environments x objects_per_environment (null: as many as one environment's). Each"
-        " beyond the rate card's included objects is priced.",
-    )
-    object_categories = serializers.ListField(
-        child=serializers.CharField(max_length=60),
-        required=False,
-        default=list,
-        max_length=20,
-        help_text="Object categories allowed (lower-case names; empty: any).",
-    )
-    demos_per_cell = serializers.IntegerField(
-        min_value=1, max_value=100000, required=False, allow_null=True, default=None
-    )
-    cell_min_share_percent = serializers.DecimalField(
-        max_digits=5,
-        decimal_places=2,
-        min_value=Decimal(1),
-        max_value=Decimal(100),
-        default=Decimal(50),
-        help_text="A cell is short below this share of its even part of the hours.",
-    )
-    cell_max_share_percent = serializers.DecimalField(
-        max_digits=5,
-        decimal_places=2,
-        min_value=Decimal(100),
-        max_value=Decimal("999.99"),
-        default=Decimal(150),
-        help_text="A cell is full at this share of its even part of the hours.",
-    )
-    calibrated_cameras = serializers.BooleanField(default=False)
 
     def validate(self, attrs):
         refused = [name for name in REFUSED_PRICE_FIELDS if name in self.initial_data]
@@ -267,17 +224,6 @@ class LineItemSerializer(serializers.Serializer):
     amount = serializers.CharField(help_text="A decimal in the currency's minor unit, as a string.")
 
 
-PLAN_FIELDS = [
-    "environment_unit",
-    "distinct_objects",
-    "object_categories",
-    "demos_per_cell",
-    "cell_min_share_percent",
-    "cell_max_share_percent",
-    "calibrated_cameras",
-]
-
-
 class PricedSpecSerializer(serializers.ModelSerializer):
     task_type = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     embodiment = serializers.SlugRelatedField(slug_field="slug", read_only=True)
@@ -307,16 +253,8 @@ class PricedSpecSerializer(serializers.ModelSerializer):
 
 
 class QuoteSerializer(PricedSpecSerializer):
-    supply = serializers.JSONField(
-        read_only=True,
-        help_text="The supply check at pricing time: {coverable (true, false, null: unknown),"
-        " shortfalls (sentences), eta (YYYY-MM-DD or null), basis, available_environments}.",
-    )
-    plan_advice = serializers.JSONField(
-        read_only=True,
-        help_text="With advise: {environments, objects_per_environment, distinct_objects,"
-        " demos_per_cell, why}; else {}.",
-    )
+    supply = supply_field()
+    plan_advice = plan_advice_field()
 
     class Meta:
         model = Quote
@@ -448,9 +386,7 @@ class OrderEventSerializer(serializers.ModelSerializer):
 
 class OrderSerializer(PricedSpecSerializer):
     quote = serializers.UUIDField(source="quote_id", read_only=True, allow_null=True)
-    supply = serializers.JSONField(
-        read_only=True, help_text="The supply check when it was priced (as a quote's)."
-    )
+    supply = supply_field()
 
     class Meta:
         model = Order

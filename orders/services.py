@@ -1,6 +1,5 @@
 """Writes for orders: quotes, order creation, and the one transition service."""
 
-import re
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from decimal import Decimal
@@ -13,7 +12,7 @@ from marketplace.audit import actor_label as label_of
 from marketplace.errors import Conflict, NotFound, ServiceError, invalid
 from marketplace.tenancy import Caller
 from marketplace.transitions import require_transition
-from orders import catalog, plan_advisor, signals, supply
+from orders import catalog, collection_plan, signals, supply
 from orders.error_codes import ErrorCode
 from orders.models import (
     CUSTOMER_CANCELLABLE,
@@ -63,9 +62,7 @@ class DatasetRequest:
     @property
     def plan_distinct_objects(self) -> int:
         """The distinct objects the plan prices: distinct_objects, else one environment's."""
-        if self.distinct_objects is not None:
-            return self.distinct_objects
-        return self.objects_per_environment
+        return self.distinct_objects or self.objects_per_environment
 
     @classmethod
     def of(cls, values) -> "DatasetRequest":
@@ -83,15 +80,10 @@ class DatasetRequest:
             distinct_objects=values.get("distinct_objects"),
             object_categories=tuple(values.get("object_categories") or ()),
             demos_per_cell=values.get("demos_per_cell"),
-            cell_min_share_percent=_or_default(values, "cell_min_share_percent", "50"),
-            cell_max_share_percent=_or_default(values, "cell_max_share_percent", "150"),
+            cell_min_share_percent=values.get("cell_min_share_percent", Decimal(50)),
+            cell_max_share_percent=values.get("cell_max_share_percent", Decimal(150)),
             calibrated_cameras=values.get("calibrated_cameras", False),
         )
-
-
-def _or_default(values, name: str, default: str) -> Decimal:
-    value = values.get(name)
-    return Decimal(default) if value is None else value
 
 
 @dataclass(frozen=True)
@@ -169,7 +161,7 @@ def _resolve(request: DatasetRequest, known: catalog.Catalog) -> _ResolvedReques
         )
     if request.objects_per_environment < 1:
         raise invalid("objects_per_environment", "At least one object per environment.")
-    _validate_plan(request)
+    collection_plan.validate_plan(request)
     return _ResolvedRequest(
         task_type=task_type,
         complexity=complexity,
@@ -177,45 +169,6 @@ def _resolve(request: DatasetRequest, known: catalog.Catalog) -> _ResolvedReques
         sensors=sensors,
         known=known,
     )
-
-
-OBJECT_CATEGORY = re.compile(r"^[a-z0-9][a-z0-9 _-]{0,59}$")
-MAX_OBJECT_CATEGORIES = 20
-CELL_MIN_SHARE = (Decimal(1), Decimal(100))
-CELL_MAX_SHARE = (Decimal(100), Decimal("999.99"))  # the stored field's 5 digits
-
-
-def _validate_plan(request: DatasetRequest) -> None:
-    """The collection plan's own rules (issue 30), each refusal on its field."""
-    if request.environment_unit not in EnvironmentUnit.values:
-        raise invalid("environment_unit", f"One of {', '.join(EnvironmentUnit.values)}.")
-    per_environment, environments = request.objects_per_environment, request.environments
-    if request.distinct_objects is not None and not (
-        per_environment <= request.distinct_objects <= environments * per_environment
-    ):
-        raise invalid(
-            "distinct_objects",
-            f"Distinct objects must be between the objects per environment ({per_environment})"
-            f" and environments x objects per environment ({environments * per_environment}).",
-        )
-    categories = request.object_categories
-    if len(categories) > MAX_OBJECT_CATEGORIES:
-        raise invalid("object_categories", f"At most {MAX_OBJECT_CATEGORIES} categories.")
-    bad = [name for name in categories if not OBJECT_CATEGORY.match(str(name))]
-    if bad:
-        raise invalid(
-            "object_categories",
-            "Categories are lower-case names (letters, digits, spaces, '-' or '_', at most 60"
-            f" characters): {', '.join(repr(str(name)[:60]) for name in bad[:3])}.",
-        )
-    if request.demos_per_cell is not None and request.demos_per_cell < 1:
-        raise invalid("demos_per_cell", "At least one demonstration per cell.")
-    low, high = CELL_MIN_SHARE
-    if not (low <= request.cell_min_share_percent <= high):
-        raise invalid("cell_min_share_percent", f"Between {low} and {high} percent.")
-    low, high = CELL_MAX_SHARE
-    if not (low <= request.cell_max_share_percent <= high):
-        raise invalid("cell_max_share_percent", f"Between {low} and {high} percent.")
 
 
 def _price(request: DatasetRequest, resolved: _ResolvedRequest, rate_card: RateCard) -> Price:
@@ -281,43 +234,16 @@ def _priced_quote(*, organization, request: DatasetRequest) -> Quote:
     )
 
 
-def _supply_of(
-    request: DatasetRequest,
-    resolved: _ResolvedRequest,
-    rate_card: RateCard,
-    deadline: date | None = None,
-) -> supply.SupplyAnswer:
-    """The supply check's answer for this plan (orders/supply.py: unknown when no check is
-    registered)."""
-    return supply.supply_check(
-        supply.SupplyQuestion(
-            embodiment=resolved.embodiment.slug,
-            task_category=resolved.task_type.category,
-            sensors=tuple(resolved.sensors),
-            hours=request.hours,
-            environments=request.environments,
-            environment_unit=request.environment_unit,
-            objects_per_environment=request.objects_per_environment,
-            distinct_objects=request.plan_distinct_objects,
-            object_categories=tuple(sorted(set(request.object_categories))),
-            rush=request.rush,
-            lead_days=rate_card.rush_lead_days if request.rush else rate_card.standard_lead_days,
-            deadline=deadline,
-        )
-    )
-
-
-def _advice(
-    request: DatasetRequest, resolved: _ResolvedRequest, answer: supply.SupplyAnswer
-) -> dict:
-    return plan_advisor.advise(
+def _supply_of(request, resolved, rate_card, deadline=None) -> supply.SupplyAnswer:
+    """The supply check's answer for this plan (unknown when no check is registered)."""
+    return collection_plan.supply_answer(
+        request,
+        embodiment=resolved.embodiment.slug,
         task_category=resolved.task_type.category,
-        contact_rich=resolved.task_type.contact_rich,
-        complexity=resolved.complexity.level,
-        hours=request.hours,
-        max_environments=settings.ORDER_MAX_ENVIRONMENTS,
-        available_environments=answer.available_environments,
-    ).as_json()
+        sensors=resolved.sensors,
+        lead_days=rate_card.rush_lead_days if request.rush else rate_card.standard_lead_days,
+        deadline=deadline,
+    )
 
 
 def quote_create(*, organization, request: DatasetRequest, advise: bool = False) -> Quote:
@@ -331,7 +257,16 @@ def quote_create(*, organization, request: DatasetRequest, advise: bool = False)
         organization=organization,
         expires_at=timezone.now() + timedelta(hours=rate_card.quote_validity_hours),
         supply=answer.as_json(),
-        plan_advice=_advice(request, resolved, answer) if advise else {},
+        plan_advice=(
+            collection_plan.advice(
+                request,
+                task_type=resolved.task_type,
+                complexity=resolved.complexity.level,
+                available_environments=answer.available_environments,
+            )
+            if advise
+            else {}
+        ),
         **_spec_fields(request, resolved, rate_card, price),
     )
     quote.save(force_insert=True)
@@ -342,27 +277,6 @@ def quote_preview(*, request: DatasetRequest) -> Quote:
     """The same price as quote_create, stored nowhere (the live price calculator); no supply
     check (the stored quote carries it)."""
     return _priced_quote(organization=None, request=request)
-
-
-class NotCoverable(Conflict):
-    code = ErrorCode.NOT_COVERABLE
-
-
-def _require_coverable_or_waitlist(answer: dict, details: OrderDetails) -> bool:
-    """Whether the order is waitlisted: a plan the platform cannot cover is placed only
-    when the customer asks for the waitlist (else 409 with the shortfalls)."""
-    if not supply.not_coverable(answer):
-        return False
-    if details.waitlist:
-        return True
-    shortfalls = list(answer.get("shortfalls") or []) or ["The platform cannot cover it."]
-    raise NotCoverable(
-        "The platform's active fleets cannot cover this order now: "
-        + "; ".join(shortfalls)
-        + ". Send waitlist: true to place it as a waitlisted order (its collection waits"
-        " until staff release it).",
-        fields={"waitlist": shortfalls},
-    )
 
 
 def _validate_details(
@@ -392,6 +306,9 @@ def _actor_fields(caller: Caller | None, label: str = "") -> dict:
         "actor_api_key": caller.api_key if caller else None,
         "actor_label": label or label_of(caller),
     }
+
+
+WAITLISTED_NOTE = " Waitlisted: the platform cannot cover it now; collection waits for staff."
 
 
 def _order_open(
@@ -445,11 +362,7 @@ def _order_open(
                 from_status=draft,
                 to_status=priced,
                 reason=f"Priced at {order.total} {order.currency}; awaiting payment."
-                + (
-                    " Waitlisted: the platform cannot cover it now; collection waits for staff."
-                    if order.waitlisted
-                    else ""
-                ),
+                + WAITLISTED_NOTE * order.waitlisted,
                 **actor,
             ),
         ]
@@ -465,7 +378,7 @@ def order_create(*, caller: Caller, request: DatasetRequest, details: OrderDetai
     price = _price(request, resolved, rate_card)
     _validate_details(details, hours=request.hours, rush=request.rush, rate_card=rate_card)
     answer = _supply_of(request, resolved, rate_card, deadline=details.deadline).as_json()
-    waitlisted = _require_coverable_or_waitlist(answer, details)
+    waitlisted = collection_plan.require_coverable_or_waitlist(answer, waitlist=details.waitlist)
     with transaction.atomic():
         return _order_open(
             caller=caller,
@@ -530,7 +443,9 @@ def order_create_from_quote(*, caller: Caller, quote_id, details: OrderDetails) 
             )
         _validate_details(details, hours=quote.hours, rush=quote.rush, rate_card=quote.rate_card)
         fields = {name: getattr(quote, name) for name in QUOTE_COPIED_FIELDS}
-        fields["waitlisted"] = _require_coverable_or_waitlist(quote.supply, details)
+        fields["waitlisted"] = collection_plan.require_coverable_or_waitlist(
+            quote.supply, waitlist=details.waitlist
+        )
         return _order_open(caller=caller, fields=fields, details=details, quote=quote)
 
 
@@ -682,39 +597,3 @@ def order_mark_refunded(*, order_id, actor_label: str, reason: str) -> Order:
     return order_transition(
         order_id=order_id, to_status=Order.Status.REFUNDED, actor_label=actor_label, reason=reason
     )
-
-
-WAITLIST_OPEN_STATUSES = frozenset(
-    {
-        Order.Status.AWAITING_PAYMENT,
-        Order.Status.PAID,
-        Order.Status.IN_COLLECTION,
-        Order.Status.IN_REVIEW,
-    }
-)
-
-
-def order_waitlist_release(*, order_id, actor_label: str, reason: str = "") -> Order:
-    """Staff release a waitlisted order: it is no longer waitlisted (audited as an event of
-    its current status). The caller (fleets' release) opens its held jobs in the same
-    transaction; the order's row lock comes first, as everywhere."""
-    with transaction.atomic():
-        order = Order.objects.select_for_update().filter(pk=order_id).first()
-        if order is None:
-            raise NotFound("Order not found.")
-        if not order.waitlisted:
-            raise Conflict("The order is not waitlisted.", code=ErrorCode.NOT_WAITLISTED)
-        if order.status not in WAITLIST_OPEN_STATUSES:
-            raise InvalidTransition(
-                f"A {order.get_status_display().lower()} order is not released from the waitlist."
-            )
-        order.waitlisted = False
-        order.save(update_fields=["waitlisted", "updated_at"])
-        OrderEvent.objects.create(
-            order=order,
-            from_status=order.status,
-            to_status=order.status,
-            actor_label=actor_label,
-            reason=("Released from the waitlist: " + (reason or "collection may start."))[:2000],
-        )
-    return order

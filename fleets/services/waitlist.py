@@ -7,7 +7,7 @@ from django.db import transaction
 from fleets.models import Job
 from fleets.services.jobs import job_move
 from marketplace.queueing import enqueue_on_commit
-from orders.services import order_waitlist_release
+from orders.collection_plan import order_waitlist_release
 
 
 def waitlist_release(*, order_id, actor_label: str, reason: str = "") -> list[str]:
