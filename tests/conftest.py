@@ -111,21 +111,28 @@ def pytest_runtest_teardown(item, nextitem):
             _seed_catalog_if_flushed()
 
 
-@pytest.fixture(autouse=True)
-def _supply_check(request):
+@pytest.fixture(scope="session", autouse=True)
+def _supply_check_registered():
     """The supply check (fleets/supply.py) answers only in tests marked `supply_check`: the
-    others place orders on platforms built without fleets, which it rightly finds uncoverable
-    (such an order then needs the waitlist). Unmarked, it answers "unknown", which never
-    blocks an order."""
-    if request.node.get_closest_marker("supply_check"):
-        yield
-        return
+    others (and the module-scoped worlds they build) place orders on platforms built without
+    fleets, which it rightly finds uncoverable (such an order then needs the waitlist).
+    Unregistered, it answers "unknown", which never blocks an order."""
     registered = supply.registered_supply_check()
     supply.register_supply_check(None)
+    yield registered
+    supply.register_supply_check(registered)
+
+
+@pytest.fixture(autouse=True)
+def _supply_check(request, _supply_check_registered):
+    if not request.node.get_closest_marker("supply_check"):
+        yield
+        return
+    supply.register_supply_check(_supply_check_registered)
     try:
         yield
     finally:
-        supply.register_supply_check(registered)
+        supply.register_supply_check(None)
 
 
 @pytest.fixture(autouse=True)
