@@ -38,9 +38,9 @@ RULES = (
     "One object per environment, each environment a different object; object-centric tasks"
     " (pick and place, logistics, household, tool use) with 8 cells or more take 2 objects per"
     " environment.",
-    "Never more environments than the platform's fleets can offer now (the supply check) nor"
-    " than an order may have; past that bound, more objects per environment (at most 5) keep"
-    " the cells.",
+    "Never more environments than the platform's fleets can offer now (the supply check, when"
+    " it finds any) nor than an order may have; past that bound, more objects per environment"
+    " (at most 5) keep the cells.",
 )
 
 
@@ -89,7 +89,7 @@ def advise(
         "an order's limit": max_environments,
         "0.5 h per environment": int(hours // MIN_HOURS_PER_ENVIRONMENT),
     }
-    if available_environments is not None:
+    if available_environments:  # none found: the supply check's warning says so, not the plan
         bounds["the environments the platform's fleets offer now"] = available_environments
     bound_name, bound = min(bounds.items(), key=lambda item: item[1])
     capped = environments > bound
