@@ -147,7 +147,7 @@ class OrderAdmin(admin.ModelAdmin):
         "status",
         "created_at",
     ]
-    list_filter = ["status", "task_type", "embodiment"]
+    list_filter = ["status", "task_type", "embodiment", "waitlisted", "cells_planned"]
     list_select_related = ["organization", "task_type"]
     search_fields = ["id", "organization__name"]
     readonly_fields = ["price_lines"] + [f.name for f in Order._meta.fields if f.name != "lines"]

@@ -25,6 +25,7 @@ from marketplace.permissions import CanOrder, IsCustomer
 from marketplace.tenancy import caller_for_request
 from marketplace.throttling import PUBLIC_THROTTLES, CallerRateThrottle
 from orders import services
+from orders.api_plan import PLAN_FIELDS, PlanRequestFields, plan_advice_field, supply_field
 from orders.content_qa import content_qa_thresholds
 from orders.error_codes import ErrorCode
 from orders.models import (
@@ -128,6 +129,8 @@ class RateCardSerializer(serializers.Serializer):
     effective_from = serializers.DateTimeField()
     included_environments = serializers.IntegerField()
     extra_environment_fee = serializers.DecimalField(max_digits=14, decimal_places=4)
+    included_objects = serializers.IntegerField()
+    extra_object_fee = serializers.DecimalField(max_digits=14, decimal_places=4)
     rush_surcharge_percent = serializers.DecimalField(max_digits=5, decimal_places=2)
     standard_lead_days = serializers.IntegerField()
     rush_lead_days = serializers.IntegerField()
@@ -174,7 +177,7 @@ HOURS_FIELD = {"max_digits": 9, "decimal_places": 2}
 REFUSED_PRICE_FIELDS = ("total", "price", "amount", "lines", "unit_amount", "currency", "rate_card")
 
 
-class DatasetRequestSerializer(serializers.Serializer):
+class DatasetRequestSerializer(PlanRequestFields):
     task_type = serializers.SlugField(max_length=60)
     complexity = serializers.IntegerField(min_value=1, max_value=5, required=False, allow_null=True)
     embodiment = serializers.SlugField(max_length=60)
@@ -196,6 +199,14 @@ class DatasetRequestSerializer(serializers.Serializer):
 
     def to_request(self) -> services.DatasetRequest:
         return services.DatasetRequest.of(self.validated_data)
+
+
+class QuoteRequestSerializer(DatasetRequestSerializer):
+    advise = serializers.BooleanField(
+        default=False,
+        help_text="Also return plan_advice: the plan advisor's proposal (environments x"
+        " objects x demonstrations per cell, with why). The quote is priced as requested.",
+    )
 
 
 def _dataset_request(data) -> services.DatasetRequest:
@@ -233,6 +244,7 @@ class PricedSpecSerializer(serializers.ModelSerializer):
         "objects_per_environment",
         "sensors",
         "rush",
+        *PLAN_FIELDS,
         "currency",
         "lines",
         "total",
@@ -241,15 +253,24 @@ class PricedSpecSerializer(serializers.ModelSerializer):
 
 
 class QuoteSerializer(PricedSpecSerializer):
+    supply = supply_field()
+    plan_advice = plan_advice_field()
+
     class Meta:
         model = Quote
-        fields = [*PricedSpecSerializer.SPEC_FIELDS, "created_at", "expires_at"]
+        fields = [
+            *PricedSpecSerializer.SPEC_FIELDS,
+            "supply",
+            "plan_advice",
+            "created_at",
+            "expires_at",
+        ]
         read_only_fields = fields
 
 
 @extend_schema_view(
     post=extend_schema(
-        request=DatasetRequestSerializer,
+        request=QuoteRequestSerializer,
         responses={201: QuoteSerializer},
         summary="Price a dataset (anonymous callers welcome, throttled)",
     )
@@ -260,9 +281,15 @@ class QuoteCreate(APIView):
 
     def post(self, request):
         caller = caller_for_request(request)
-        dataset_request = _dataset_request(request.data)
+        serializer = QuoteRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        dataset_request = serializer.to_request()
         require_unrevoked_key(request)  # revoked since it authenticated: 401, nothing stored
-        quote = services.quote_create(organization=caller.organization, request=dataset_request)
+        quote = services.quote_create(
+            organization=caller.organization,
+            request=dataset_request,
+            advise=serializer.validated_data["advise"],
+        )
         # the hot path: the same fields as QuoteSerializer, built directly (tested equal)
         return Response(quote_representation(quote), status=status.HTTP_201_CREATED)
 
@@ -322,6 +349,11 @@ class OrderDetailsSerializer(serializers.Serializer):
         default=DEFAULT_VIDEO_CODEC,
         help_text="The delivered videos' codec: av1 (LeRobot's default) or h264 (compatibility).",
     )
+    waitlist = serializers.BooleanField(
+        default=False,
+        help_text="Place the order although the supply check found the platform cannot cover"
+        " it: it is waitlisted (collection waits for staff). Without it: 409 not_coverable.",
+    )
 
     def to_details(self) -> services.OrderDetails:
         data = self.validated_data
@@ -354,6 +386,7 @@ class OrderEventSerializer(serializers.ModelSerializer):
 
 class OrderSerializer(PricedSpecSerializer):
     quote = serializers.UUIDField(source="quote_id", read_only=True, allow_null=True)
+    supply = supply_field()
 
     class Meta:
         model = Order
@@ -368,6 +401,9 @@ class OrderSerializer(PricedSpecSerializer):
             "notes",
             "stream_spec",
             "accepted_hours",
+            "supply",
+            "cells_planned",
+            "waitlisted",
             "created_at",
             "updated_at",
         ]

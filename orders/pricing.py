@@ -3,6 +3,7 @@
     price = hours x base_rate(embodiment) x complexity_multiplier(level)
             + sensor add-ons (hours x rate each)
             + extra environments beyond those included (flat fee each)
+            + extra distinct objects beyond those included (flat fee each)
             + rush surcharge (percent of the hourly subtotal)
             - volume discount (percent of the hourly subtotal, by hours tier)
 
@@ -58,6 +59,8 @@ class RateCardTerms:
     sensor_rates: dict[str, Decimal] = field(default_factory=dict)
     included_environments: int = 1
     extra_environment_fee: Decimal = Decimal("0")
+    included_objects: int = 1
+    extra_object_fee: Decimal = Decimal("0")
     rush_surcharge_percent: Decimal = Decimal("0")
     volume_tiers: tuple[tuple[Decimal, Decimal], ...] = ()  # (min_hours, discount_percent)
 
@@ -77,6 +80,8 @@ class PriceRequest:
     environments: int = 1
     sensors: tuple[str, ...] = ()
     rush: bool = False
+    # The plan's distinct objects: its distinct_objects, else its objects per environment.
+    distinct_objects: int = 1
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,21 @@ def price_dataset(request: PriceRequest, terms: RateCardTerms) -> Price:
                 amount=money(extra_environments * fee),
             )
         )
+    extra_objects = max(0, request.distinct_objects - terms.included_objects)
+    if extra_objects:
+        fee = terms.extra_object_fee
+        lines.append(
+            LineItem(
+                code="extra_objects",
+                description=(
+                    f"{extra_objects} extra distinct object(s) beyond the"
+                    f" {terms.included_objects} included, {fee} {currency} each"
+                ),
+                quantity=Decimal(extra_objects),
+                unit_amount=fee,
+                amount=money(extra_objects * fee),
+            )
+        )
     if request.rush and terms.rush_surcharge_percent:
         percent = terms.rush_surcharge_percent
         lines.append(
@@ -169,6 +189,8 @@ def _check_priceable(request: PriceRequest, terms: RateCardTerms) -> None:
         raise PricingError("hours", "Hours must be greater than zero.")
     if request.environments < 1:
         raise PricingError("environments", "At least one environment is needed.")
+    if request.distinct_objects < 1:
+        raise PricingError("distinct_objects", "At least one object is needed.")
     if request.embodiment not in terms.embodiment_rates:
         raise PricingError("embodiment", "This embodiment is not on the current rate card.")
     if request.complexity not in terms.complexity_multipliers:

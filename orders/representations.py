@@ -38,12 +38,32 @@ def quote_representation(quote: Quote) -> dict:
         "objects_per_environment": quote.objects_per_environment,
         "sensors": [str(slug) for slug in quote.sensor_slugs],
         "rush": quote.rush,
+        **_plan(quote.__dict__),
         "currency": quote.currency,
         "lines": [_line(line) for line in quote.lines],
         "total": _fixed(quote.total, AMOUNT["decimal_places"]),
         "rate_card_version": quote.rate_card.version,
+        "supply": quote.supply,
+        "plan_advice": quote.plan_advice,
         "created_at": _moment(quote.created_at),
         "expires_at": _moment(quote.expires_at),
+    }
+
+
+SHARE = 2  # the cell share percentages' decimal places
+
+
+def _plan(values: dict) -> dict:
+    """The collection plan's fields (PLAN_FIELDS in orders/api.py) from a quote's attributes
+    or an order's row."""
+    return {
+        "environment_unit": values["environment_unit"],
+        "distinct_objects": values["distinct_objects"],
+        "object_categories": [str(name) for name in _json(values, "object_categories")],
+        "demos_per_cell": values["demos_per_cell"],
+        "cell_min_share_percent": _fixed(values["cell_min_share_percent"], SHARE),
+        "cell_max_share_percent": _fixed(values["cell_max_share_percent"], SHARE),
+        "calibrated_cameras": values["calibrated_cameras"],
     }
 
 
@@ -58,6 +78,13 @@ ORDER_COLUMNS = (
     "objects_per_environment",
     "sensor_slugs",
     "rush",
+    "environment_unit",
+    "distinct_objects",
+    "object_categories",
+    "demos_per_cell",
+    "cell_min_share_percent",
+    "cell_max_share_percent",
+    "calibrated_cameras",
     "currency",
     "lines",
     "total",
@@ -71,13 +98,16 @@ ORDER_COLUMNS = (
     "notes",
     "stream_spec",
     "accepted_hours",
+    "supply",
+    "cells_planned",
+    "waitlisted",
     "created_at",
     "updated_at",
 )
 EVENT_COLUMNS = ("order_id", "from_status", "to_status", "actor_label", "reason", "created_at")
 
 
-JSON_COLUMNS = ("sensor_slugs", "lines", "stream_spec")
+JSON_COLUMNS = ("sensor_slugs", "lines", "stream_spec", "object_categories", "supply")
 
 
 def order_rows(orders: QuerySet[Order]) -> QuerySet:
@@ -119,6 +149,7 @@ def order_representation(row: dict, events: list[dict] | None = None) -> dict:
         "objects_per_environment": row["objects_per_environment"],
         "sensors": [str(slug) for slug in _json(row, "sensor_slugs")],
         "rush": row["rush"],
+        **_plan(row),
         "currency": row["currency"],
         "lines": [_line(line) for line in _json(row, "lines")],
         "total": _fixed(row["total"], AMOUNT["decimal_places"]),
@@ -132,6 +163,9 @@ def order_representation(row: dict, events: list[dict] | None = None) -> dict:
         "notes": row["notes"],
         "stream_spec": _json(row, "stream_spec"),
         "accepted_hours": _fixed(row["accepted_hours"], hours),
+        "supply": _json(row, "supply"),
+        "cells_planned": row["cells_planned"],
+        "waitlisted": row["waitlisted"],
         "created_at": _moment(row["created_at"]),
         "updated_at": _moment(row["updated_at"]),
     }

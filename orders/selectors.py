@@ -50,6 +50,8 @@ def _read_terms(rate_card: RateCard) -> RateCardTerms:
         },
         included_environments=rate_card.included_environments,
         extra_environment_fee=rate_card.extra_environment_fee,
+        included_objects=rate_card.included_objects,
+        extra_object_fee=rate_card.extra_object_fee,
         rush_surcharge_percent=rate_card.rush_surcharge_percent,
         volume_tiers=tuple((t.min_hours, t.discount_percent) for t in rate_card.volume_tiers.all()),
     )
@@ -58,6 +60,17 @@ def _read_terms(rate_card: RateCard) -> RateCardTerms:
 def order_list(*, organization: Organization) -> QuerySet[Order]:
     return Order.objects.filter(organization=organization).select_related(
         "task_type", "complexity", "embodiment", "rate_card"
+    )
+
+
+def orders_waitlisted() -> QuerySet[Order]:
+    """Orders placed on the waitlist and not yet released, cancelled or refunded (the staff
+    console lists them), oldest first."""
+    return (
+        Order.objects.filter(waitlisted=True)
+        .exclude(status__in=[Order.Status.CANCELLED, Order.Status.REFUNDED, Order.Status.CLOSED])
+        .select_related("organization", "task_type", "embodiment")
+        .order_by("created_at")
     )
 
 

@@ -12,13 +12,14 @@ from marketplace.audit import actor_label as label_of
 from marketplace.errors import Conflict, NotFound, ServiceError, invalid
 from marketplace.tenancy import Caller
 from marketplace.transitions import require_transition
-from orders import catalog, signals
+from orders import catalog, collection_plan, signals, supply
 from orders.error_codes import ErrorCode
 from orders.models import (
     CUSTOMER_CANCELLABLE,
     ORDER_TRANSITIONS,
     ComplexityLevel,
     Embodiment,
+    EnvironmentUnit,
     Order,
     OrderEvent,
     OutputFormat,
@@ -49,6 +50,19 @@ class DatasetRequest:
     objects_per_environment: int = 1
     sensors: tuple[str, ...] = ()
     rush: bool = False
+    # The collection plan (issue 30; models.DatasetSpec says what each means).
+    environment_unit: str = EnvironmentUnit.SITE
+    distinct_objects: int | None = None
+    object_categories: tuple[str, ...] = ()
+    demos_per_cell: int | None = None
+    cell_min_share_percent: Decimal = Decimal("50")
+    cell_max_share_percent: Decimal = Decimal("150")
+    calibrated_cameras: bool = False
+
+    @property
+    def plan_distinct_objects(self) -> int:
+        """The distinct objects the plan prices: distinct_objects, else one environment's."""
+        return self.distinct_objects or self.objects_per_environment
 
     @classmethod
     def of(cls, values) -> "DatasetRequest":
@@ -62,6 +76,13 @@ class DatasetRequest:
             objects_per_environment=values.get("objects_per_environment", 1),
             sensors=tuple(values.get("sensors", ())),
             rush=values.get("rush", False),
+            environment_unit=values.get("environment_unit") or EnvironmentUnit.SITE,
+            distinct_objects=values.get("distinct_objects"),
+            object_categories=tuple(values.get("object_categories") or ()),
+            demos_per_cell=values.get("demos_per_cell"),
+            cell_min_share_percent=values.get("cell_min_share_percent", Decimal(50)),
+            cell_max_share_percent=values.get("cell_max_share_percent", Decimal(150)),
+            calibrated_cameras=values.get("calibrated_cameras", False),
         )
 
 
@@ -75,6 +96,10 @@ class OrderDetails:
     pilot_hours: Decimal | None = None
     notes: str = ""
     video_codec: str = DEFAULT_VIDEO_CODEC  # the delivered videos' codec (orders/streams.py)
+    # Place it although the supply check found the platform cannot cover it (a waitlisted
+    # order: dispatch holds its jobs until staff release it). Without it such an order is
+    # refused (409 not_coverable).
+    waitlist: bool = False
 
 
 @dataclass
@@ -136,6 +161,7 @@ def _resolve(request: DatasetRequest, known: catalog.Catalog) -> _ResolvedReques
         )
     if request.objects_per_environment < 1:
         raise invalid("objects_per_environment", "At least one object per environment.")
+    collection_plan.validate_plan(request)
     return _ResolvedRequest(
         task_type=task_type,
         complexity=complexity,
@@ -155,6 +181,7 @@ def _price(request: DatasetRequest, resolved: _ResolvedRequest, rate_card: RateC
                 environments=request.environments,
                 sensors=tuple(resolved.sensors),
                 rush=request.rush,
+                distinct_objects=request.plan_distinct_objects,
             ),
             rate_card_terms(rate_card),
         )
@@ -183,6 +210,13 @@ def _spec_fields(
         "objects_per_environment": request.objects_per_environment,
         "sensor_slugs": resolved.sensors,
         "rush": request.rush,
+        "environment_unit": request.environment_unit,
+        "distinct_objects": request.distinct_objects,
+        "object_categories": sorted(set(request.object_categories)),
+        "demos_per_cell": request.demos_per_cell,
+        "cell_min_share_percent": request.cell_min_share_percent,
+        "cell_max_share_percent": request.cell_max_share_percent,
+        "calibrated_cameras": request.calibrated_cameras,
         "rate_card": rate_card,
         "currency": price.currency,
         "lines": [line.as_json() for line in price.lines],
@@ -200,15 +234,48 @@ def _priced_quote(*, organization, request: DatasetRequest) -> Quote:
     )
 
 
-def quote_create(*, organization, request: DatasetRequest) -> Quote:
-    """Price a request with the rate card in force and store it until it expires."""
-    quote = _priced_quote(organization=organization, request=request)
+def _supply_of(request, resolved, rate_card, deadline=None) -> supply.SupplyAnswer:
+    """The supply check's answer for this plan (unknown when no check is registered)."""
+    return collection_plan.supply_answer(
+        request,
+        embodiment=resolved.embodiment.slug,
+        task_category=resolved.task_type.category,
+        sensors=resolved.sensors,
+        lead_days=rate_card.rush_lead_days if request.rush else rate_card.standard_lead_days,
+        deadline=deadline,
+    )
+
+
+def quote_create(*, organization, request: DatasetRequest, advise: bool = False) -> Quote:
+    """Price a request with the rate card in force and store it until it expires, with the
+    supply check's answer (can the platform cover it, by when) and, when asked, the plan
+    advisor's proposal (the quote itself is priced as requested)."""
+    resolved, rate_card = _resolved_with_card(request)
+    price = _price(request, resolved, rate_card)
+    answer = _supply_of(request, resolved, rate_card)
+    quote = Quote(
+        organization=organization,
+        expires_at=timezone.now() + timedelta(hours=rate_card.quote_validity_hours),
+        supply=answer.as_json(),
+        plan_advice=(
+            collection_plan.advice(
+                request,
+                task_type=resolved.task_type,
+                complexity=resolved.complexity.level,
+                available_environments=answer.available_environments,
+            )
+            if advise
+            else {}
+        ),
+        **_spec_fields(request, resolved, rate_card, price),
+    )
     quote.save(force_insert=True)
     return quote
 
 
 def quote_preview(*, request: DatasetRequest) -> Quote:
-    """The same price as quote_create, stored nowhere (the live price calculator)."""
+    """The same price as quote_create, stored nowhere (the live price calculator); no supply
+    check (the stored quote carries it)."""
     return _priced_quote(organization=None, request=request)
 
 
@@ -241,6 +308,9 @@ def _actor_fields(caller: Caller | None, label: str = "") -> dict:
     }
 
 
+WAITLISTED_NOTE = " Waitlisted: the platform cannot cover it now; collection waits for staff."
+
+
 def _order_open(
     *,
     caller: Caller,
@@ -271,6 +341,7 @@ def _order_open(
         deadline=details.deadline,
         pilot_hours=details.pilot_hours,
         notes=details.notes,
+        cells_planned=True,  # planned and checked by (environment, object) cell (issue 30)
         # Placed: what every episode carries is frozen now (later catalog edits do not move it).
         stream_spec=build_stream_spec(
             embodiment=fields["embodiment"],
@@ -290,7 +361,8 @@ def _order_open(
                 order=order,
                 from_status=draft,
                 to_status=priced,
-                reason=f"Priced at {order.total} {order.currency}; awaiting payment.",
+                reason=f"Priced at {order.total} {order.currency}; awaiting payment."
+                + WAITLISTED_NOTE * order.waitlisted,
                 **actor,
             ),
         ]
@@ -305,10 +377,16 @@ def order_create(*, caller: Caller, request: DatasetRequest, details: OrderDetai
     resolved, rate_card = _resolved_with_card(request)
     price = _price(request, resolved, rate_card)
     _validate_details(details, hours=request.hours, rush=request.rush, rate_card=rate_card)
+    answer = _supply_of(request, resolved, rate_card, deadline=details.deadline).as_json()
+    waitlisted = collection_plan.require_coverable_or_waitlist(answer, waitlist=details.waitlist)
     with transaction.atomic():
         return _order_open(
             caller=caller,
-            fields=_spec_fields(request, resolved, rate_card, price),
+            fields={
+                **_spec_fields(request, resolved, rate_card, price),
+                "supply": answer,
+                "waitlisted": waitlisted,
+            },
             details=details,
             quote=None,
             known=resolved.known,
@@ -324,6 +402,15 @@ QUOTE_COPIED_FIELDS = (
     "objects_per_environment",
     "sensor_slugs",
     "rush",
+    "environment_unit",
+    "distinct_objects",
+    "object_categories",
+    "demos_per_cell",
+    "cell_min_share_percent",
+    "cell_max_share_percent",
+    "calibrated_cameras",
+    "plan_advice",
+    "supply",
     "rate_card",
     "currency",
     "lines",
@@ -356,6 +443,9 @@ def order_create_from_quote(*, caller: Caller, quote_id, details: OrderDetails) 
             )
         _validate_details(details, hours=quote.hours, rush=quote.rush, rate_card=quote.rate_card)
         fields = {name: getattr(quote, name) for name in QUOTE_COPIED_FIELDS}
+        fields["waitlisted"] = collection_plan.require_coverable_or_waitlist(
+            quote.supply, waitlist=details.waitlist
+        )
         return _order_open(caller=caller, fields=fields, details=details, quote=quote)
 
 

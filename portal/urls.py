@@ -162,6 +162,11 @@ urlpatterns = [
     ),
     path("staff/flags/<int:pk>/resolve/", staff.flag_resolve_page, name="staff-flag-resolve"),
     path(
+        "staff/orders/<uuid:pk>/waitlist-release/",
+        staff.waitlist_release_page,
+        name="staff-waitlist-release",
+    ),
+    path(
         "staff/orders/<uuid:pk>/bank-transfer/",
         staff.bank_transfer_page,
         name="staff-bank-transfer",

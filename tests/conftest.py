@@ -12,7 +12,7 @@ from local_s3 import launcher as local_s3
 from marketplace import api_key_cache, services
 from marketplace.celery import app as celery_app
 from marketplace.models import Membership, Organization
-from orders import catalog
+from orders import catalog, supply
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
 from tests.faults import figures as fault_figures
 
@@ -88,6 +88,7 @@ def _seed_catalog_if_flushed() -> None:
         importlib.import_module("orders.migrations.0002_seed_catalog").seed(django_apps, None)
         importlib.import_module("orders.migrations.0005_stream_catalog").fill(django_apps, None)
         importlib.import_module("orders.migrations.0006_seed_state_limits").seed(django_apps, None)
+        importlib.import_module("orders.migrations.0008_seed_object_fee").seed(django_apps, None)
 
 
 @pytest.fixture(autouse=True)
@@ -108,6 +109,30 @@ def pytest_runtest_teardown(item, nextitem):
     if _is_transactional(item):
         with item.config.stash[blocking_manager_key].unblock():
             _seed_catalog_if_flushed()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _supply_check_registered():
+    """The supply check (fleets/supply.py) answers only in tests marked `supply_check`: the
+    others (and the module-scoped worlds they build) place orders on platforms built without
+    fleets, which it rightly finds uncoverable (such an order then needs the waitlist).
+    Unregistered, it answers "unknown", which never blocks an order."""
+    registered = supply.registered_supply_check()
+    supply.register_supply_check(None)
+    yield registered
+    supply.register_supply_check(registered)
+
+
+@pytest.fixture(autouse=True)
+def _supply_check(request, _supply_check_registered):
+    if not request.node.get_closest_marker("supply_check"):
+        yield
+        return
+    supply.register_supply_check(_supply_check_registered)
+    try:
+        yield
+    finally:
+        supply.register_supply_check(None)
 
 
 @pytest.fixture(autouse=True)

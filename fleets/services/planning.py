@@ -103,7 +103,10 @@ def order_plan(*, order_id) -> list:
                         site_kinds=site_kinds,
                         target_hours=hours,
                         deadline=deadline,
-                        status=Job.Status.HELD if has_pilot and not pilot else Job.Status.OPEN,
+                        # a waitlisted order's jobs all wait for staff (waitlist_release)
+                        status=Job.Status.HELD
+                        if order.waitlisted or (has_pilot and not pilot)
+                        else Job.Status.OPEN,
                     )
                     for sequence, (env, pilot, hours) in enumerate(plan, start=1)
                 ]
@@ -115,7 +118,8 @@ def order_plan(*, order_id) -> list:
                         from_status="",
                         to_status=job.status,
                         actor_label=SYSTEM,
-                        reason="Planned (pilot)." if job.is_pilot else "Planned.",
+                        reason=("Planned (pilot)." if job.is_pilot else "Planned.")
+                        + (" Held: the order is waitlisted." if order.waitlisted else ""),
                     )
                     for job in jobs
                 ]

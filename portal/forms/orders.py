@@ -4,7 +4,14 @@ from decimal import Decimal
 
 from django import forms
 
-from orders.models import ComplexityLevel, Embodiment, OutputFormat, SensorAddon, TaskType
+from orders.models import (
+    ComplexityLevel,
+    Embodiment,
+    EnvironmentUnit,
+    OutputFormat,
+    SensorAddon,
+    TaskType,
+)
 from orders.services import DatasetRequest, OrderDetails
 from portal.forms.base import AccessibleFormMixin
 
@@ -43,6 +50,59 @@ class DatasetRequestForm(AccessibleFormMixin, forms.Form):
         label="Sensor add-ons", required=False, widget=forms.CheckboxSelectMultiple
     )
     rush = forms.BooleanField(label="Rush delivery", required=False)
+    # The collection plan (issue 30): the same fields and rules as the API's.
+    environment_unit = forms.ChoiceField(
+        label="An environment is",
+        choices=EnvironmentUnit.choices,
+        initial=EnvironmentUnit.SITE,
+        required=False,
+        help_text="A distinct site, or a distinct scene (one arrangement of a site).",
+    )
+    distinct_objects = forms.IntegerField(
+        label="Distinct objects in all",
+        min_value=1,
+        required=False,
+        help_text="Optional. Between the objects per environment and environments x objects"
+        " per environment; empty: as many as one environment's.",
+    )
+    object_categories = forms.CharField(
+        label="Object categories",
+        required=False,
+        max_length=1300,
+        help_text="Optional, comma-separated (e.g. mug, tool); empty: any object.",
+    )
+    demos_per_cell = forms.IntegerField(
+        label="Demonstrations per cell (at least)",
+        min_value=1,
+        max_value=100000,
+        required=False,
+        help_text="Optional. A cell is one (environment, object) pair.",
+    )
+    cell_min_share_percent = forms.DecimalField(
+        label="Cell minimum share (%)",
+        min_value=Decimal(1),
+        max_value=Decimal(100),
+        max_digits=5,
+        decimal_places=2,
+        initial=Decimal(50),
+        required=False,
+        help_text="A cell below this share of its even part of the hours is collected again.",
+    )
+    cell_max_share_percent = forms.DecimalField(
+        label="Cell maximum share (%)",
+        min_value=Decimal(100),
+        max_value=Decimal("999.99"),
+        max_digits=5,
+        decimal_places=2,
+        initial=Decimal(150),
+        required=False,
+        help_text="A cell is full at this share of its even part.",
+    )
+    calibrated_cameras = forms.BooleanField(
+        label="Calibrated cameras",
+        required=False,
+        help_text="Every camera carries its intrinsics and extrinsics, checked per episode.",
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -71,7 +131,22 @@ class DatasetRequestForm(AccessibleFormMixin, forms.Form):
             objects_per_environment=data["objects_per_environment"],
             sensors=tuple(data["sensors"]),
             rush=data["rush"],
+            environment_unit=data["environment_unit"] or EnvironmentUnit.SITE,
+            distinct_objects=data["distinct_objects"],
+            object_categories=tuple(data["object_categories"]),
+            demos_per_cell=data["demos_per_cell"],
+            cell_min_share_percent=_or(data["cell_min_share_percent"], Decimal(50)),
+            cell_max_share_percent=_or(data["cell_max_share_percent"], Decimal(150)),
+            calibrated_cameras=data["calibrated_cameras"],
         )
+
+    def clean_object_categories(self) -> list[str]:
+        text = self.cleaned_data["object_categories"] or ""
+        return sorted({name.strip().lower() for name in text.split(",") if name.strip()})
+
+
+def _or(value, default):
+    return default if value is None else value
 
 
 class OrderDetailsForm(AccessibleFormMixin, forms.Form):
@@ -107,6 +182,12 @@ class OrderDetailsForm(AccessibleFormMixin, forms.Form):
         max_length=5000,
         widget=forms.Textarea(attrs={"rows": 3}),
     )
+    waitlist = forms.BooleanField(
+        label="Place it on the waitlist",
+        required=False,
+        help_text="Needed when the platform cannot cover the order now: collection waits"
+        " until staff release it.",
+    )
 
     def to_details(self) -> OrderDetails:
         data = self.cleaned_data
@@ -116,6 +197,7 @@ class OrderDetailsForm(AccessibleFormMixin, forms.Form):
             deadline=data["deadline"],
             pilot_hours=data["pilot_hours"],
             notes=data["notes"],
+            waitlist=data["waitlist"],
         )
 
 

@@ -20,7 +20,7 @@ from datasets import selectors as dataset_selectors
 from datasets.operator_figures import order_operator_figures
 from marketplace.errors import ServiceError
 from marketplace.models import Organization
-from orders import services
+from orders import plan_advisor, services
 from orders.models import (
     ComplexityLevel,
     Embodiment,
@@ -77,6 +77,7 @@ def _initial_from_query(request) -> dict:
     initial = {name: query.get(name) for name in DatasetRequestForm.base_fields if name in query}
     initial["sensors"] = query.getlist("sensors")
     initial["rush"] = query.get("rush") in ("on", "true", "1")
+    initial["calibrated_cameras"] = query.get("calibrated_cameras") in ("on", "true", "1")
     return initial
 
 
@@ -91,7 +92,9 @@ def order_new(request):
         if form.is_valid():
             try:
                 quote = services.quote_create(
-                    organization=request.caller.organization, request=form.to_request()
+                    organization=request.caller.organization,
+                    request=form.to_request(),
+                    advise=True,  # the quote page proposes a plan ("Use this plan")
                 )
             except ServiceError as exc:
                 form.add_service_error(exc)
@@ -137,23 +140,36 @@ def order_new_quote(request, quote_id):
             "expired": expired,
             "step": 2,
             "respecify_url": _respecify_url(quote),
+            "advice_url": _respecify_url(quote, quote.plan_advice) if quote.plan_advice else "",
+            "supply": quote.supply,
         },
     )
 
 
-def _respecify_url(quote) -> str:
-    """Back to step 1 with the quote's specification filled in."""
+ADVISED_FIELDS = ("environments", "objects_per_environment", "distinct_objects", "demos_per_cell")
+
+
+def _respecify_url(quote, advice: dict | None = None) -> str:
+    """Back to step 1 with the quote's specification filled in (with the plan advisor's
+    proposal instead of the quote's plan: "Use this plan")."""
+    plan = {name: getattr(quote, name) for name in ADVISED_FIELDS}
+    plan.update({name: advice[name] for name in ADVISED_FIELDS if advice and name in advice})
     params = [
         ("task_type", quote.task_type.slug),
         ("complexity", quote.complexity_id),
         ("embodiment", quote.embodiment.slug),
         ("hours", quote.hours),
-        ("environments", quote.environments),
-        ("objects_per_environment", quote.objects_per_environment),
+        *[(name, value) for name, value in plan.items() if value is not None],
         *[("sensors", slug) for slug in quote.sensor_slugs],
+        ("environment_unit", quote.environment_unit),
+        ("object_categories", ", ".join(quote.object_categories)),
+        ("cell_min_share_percent", quote.cell_min_share_percent),
+        ("cell_max_share_percent", quote.cell_max_share_percent),
     ]
     if quote.rush:
         params.append(("rush", "on"))
+    if quote.calibrated_cameras:
+        params.append(("calibrated_cameras", "on"))
     return f"{reverse('order-new')}?{urlencode(params)}"
 
 
@@ -309,5 +325,6 @@ def price_list(request):
             "levels": list(zip(levels, multipliers, strict=True)),
             "table": table,
             "sensor_rates": sensor_rates,
+            "plan_rules": plan_advisor.RULES,
         },
     )

@@ -18,10 +18,12 @@ from datasets.services.delivery_versions import delivery_start
 from fleets import selectors as fleet_selectors
 from fleets.models import Job
 from fleets.services.jobs import job_redispatch
+from fleets.services.waitlist import waitlist_release
 from marketplace.audit import actor_label
 from marketplace.errors import ServiceError
 from marketplace.tenancy import Caller
 from orders.models import Order
+from orders.selectors import orders_waitlisted
 from portal.forms.billing import BankTransferForm
 from portal.shell import confirm_page, confirmed, render_page, staff_page
 
@@ -44,6 +46,7 @@ def attention(request):
             "other_flags": [f for f in open_flags if f.kind != BillingFlag.Kind.DISPUTE],
             "failed_deliveries": dataset_selectors.deliveries_failed(),
             "awaiting_transfer": list(billing_selectors.orders_awaiting_transfer()[:200]),
+            "waitlisted": list(orders_waitlisted()[:200]),
             "claim_disputes": Dispute.objects.filter(
                 status=Dispute.Status.AWAITING_DECISION
             ).count(),
@@ -78,6 +81,35 @@ def job_redispatch_page(request, pk):
     else:
         messages.success(request, f"Job {job.order_id}#{job.sequence} sent through dispatch again.")
     return redirect(request.POST.get("next") or reverse("staff-dispatch"))
+
+
+@require_POST
+@staff_page
+def waitlist_release_page(request, pk):
+    """Release a waitlisted order: its held jobs open and are dispatched (fleets' service)."""
+    order = orders_waitlisted().filter(pk=pk).first()
+    if order is None:
+        raise Http404("No waitlisted order with this id.")
+    if not confirmed(request):
+        return confirm_page(
+            request,
+            title="Release this order from the waitlist?",
+            message="Its held jobs open and are offered to the fleets now, whether or not the"
+            " platform can cover all of it.",
+            button="Release",
+            back_url=reverse("staff-attention"),
+        )
+    try:
+        opened = waitlist_release(order_id=order.pk, actor_label=_label(request))
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(
+            request,
+            f"Order {str(order.pk)[:8]} released from the waitlist;"
+            f" {len(opened)} job(s) sent to dispatch.",
+        )
+    return redirect("staff-attention")
 
 
 @require_POST

@@ -502,6 +502,7 @@ NOT_WALKED |= {
     "staff-flag-resolve",
     "staff-bank-transfer",
     "staff-order-exclusions-page",  # tests/web/test_exclusion_page.py
+    "staff-waitlist-release",  # tests/fleets/test_supply_check.py (staff only, 403, 404)
 }
 # an accepted episode's page, poster and clip (tenancy, roles, anonymous, audit):
 # tests/web/test_episode_media.py

@@ -99,6 +99,7 @@ NOT_PAGES = {
     "staff-flag-resolve",
     "staff-bank-transfer",
     "staff-order-exclusions-page",  # tests/web/test_exclusion_page.py
+    "staff-waitlist-release",  # tests/fleets/test_supply_check.py
     # disputes (issue 28): tests/web/test_dispute_pages.py and the authorization matrix
     "fleet-dispute-page",
     "staff-disputes",
