@@ -53,6 +53,7 @@ from fleets.matching import (
     W_QUALITY,
     SitesById,
     id_order,
+    site_order,
 )
 from fleets.models import (
     JOB_HOLDING_STATES,
@@ -61,11 +62,15 @@ from fleets.models import (
     Job,
     JobEvent,
     Offer,
+    OrderCell,
     Robot,
+    Scene,
     Site,
+    SiteObject,
 )
 from fleets.services.pay_terms import job_pay_terms, offered_rate
 from marketplace.models import Organization
+from orders.models import EnvironmentUnit, Order
 
 SECONDS_PER_WEEK = Decimal(7 * 24 * 3600)
 
@@ -183,6 +188,9 @@ def dispatch_candidates(*, job: Job, now: datetime) -> list[Candidate]:
     """
     other_env_sites, same_env_sites = order_site_usage(job=job)
     excluded_fleets = fleets_excluded_for(job=job)
+    plan = _one_job_plan(job)
+    if plan is not None and plan.scene_slots is not None:
+        other_env_sites = set()  # scenes, not sites, are the environments (plan.allowed)
     required = set(job.sensor_slugs)
     weeks = Decimal(max(0.0, (job.deadline - now).total_seconds())) / SECONDS_PER_WEEK
     sites: dict = {}
@@ -196,6 +204,8 @@ def dispatch_candidates(*, job: Job, now: datetime) -> list[Candidate]:
     )
     for site_id, fleet_id, sensors, weekly, rate, quality in rows:
         if site_id in sites or site_id in other_env_sites or fleet_id in excluded_fleets:
+            continue
+        if plan is not None and site_id not in plan.allowed:
             continue
         if required and not required.issubset(sensors or []):
             continue
@@ -225,6 +235,16 @@ def dispatch_candidates(*, job: Job, now: datetime) -> list[Candidate]:
     score_candidates(job=job, candidates=candidates)
     candidates.sort(key=lambda c: (-c.score, str(c.site_id)))
     return candidates
+
+
+def _one_job_plan(job: Job):
+    """PlanSites for one job of an order planned by cell, else None."""
+    if not Order.objects.filter(pk=job.order_id, cells_planned=True).exists():
+        return None
+    pairs = SitesById(
+        sorted(set(_robot_matches(job).values_list("site_id", "fleet_id")), key=site_order)
+    )
+    return plan_sites(jobs=[job], usage=_batch_usage([job]), candidates={job.pk: pairs}).get(job.pk)
 
 
 def score_candidates(*, job: Job, candidates: list[Candidate]) -> None:
@@ -358,6 +378,7 @@ class BatchCandidates:
 
     sites: SitesById  # (site_id, fleet_id), by site id; jobs alike share one tuple
     same_environment: set  # sites this job's environment already uses
+    scene_slots: dict | None = None  # a scene-planned order's: site -> environments it can host
 
 
 def _batch_usage(jobs: list[Job]) -> dict:
@@ -460,12 +481,15 @@ def _signature(job: Job) -> tuple:
 def batch_candidates(*, jobs: list[Job]) -> dict:
     """job_id -> BatchCandidates for a batch of jobs, in four set queries whatever its size
     (the same rules as dispatch_candidates, without the capacity: the matcher checks that
-    as it places jobs)."""
+    as it places jobs); a few more for orders planned by cell (plan_sites)."""
     if not jobs:
         return {}
     usage = _batch_usage(jobs)
     excluded = _batch_exclusions([job.pk for job in jobs])
     signatures = _capable_sites(jobs)
+    plans = plan_sites(
+        jobs=jobs, usage=usage, candidates={job.pk: signatures[_signature(job)] for job in jobs}
+    )
     result = {}
     for job in jobs:
         other, same = set(), set()
@@ -474,7 +498,106 @@ def batch_candidates(*, jobs: list[Job]) -> dict:
                 (same if environment_index == job.environment_index else other).add(site_id)
         refused = excluded.get(job.pk, set())
         sites = signatures[_signature(job)]
+        plan = plans.get(job.pk)
+        if plan is not None:
+            if plan.scene_slots is not None:
+                other = set()  # scenes, not sites, are the environments (plan.allowed)
+            sites = SitesById((s, f) for s, f in sites if s in plan.allowed)
         if other or refused:  # a subsequence keeps the site-id order
             sites = SitesById((s, f) for s, f in sites if s not in other and f not in refused)
-        result[job.pk] = BatchCandidates(sites=sites, same_environment=same)
+        result[job.pk] = BatchCandidates(
+            sites=sites,
+            same_environment=same,
+            scene_slots=None if plan is None else plan.scene_slots,
+        )
     return result
+
+
+# --- The collection plan (issue 30): a planned order's site must offer the plan -----------
+
+
+@dataclass(frozen=True)
+class PlanSites:
+    """What an environment of an order planned by cell may use: `allowed` sites (its bound
+    site once bound; else sites with at least objects_per_environment active objects within
+    the order's categories and, counting scenes, a scene no other environment uses), and in
+    scene mode `scene_slots`: site -> how many more of the order's environments it can host
+    (its unused active scenes less the other environments already there without one)."""
+
+    allowed: frozenset
+    scene_slots: dict | None = None
+
+
+def plan_sites(*, jobs: list[Job], usage: dict, candidates: dict) -> dict:
+    """job_id -> PlanSites for the jobs of orders planned by cell (others are left out).
+    `usage`: _batch_usage's rows; `candidates`: job_id -> its capable (site_id, fleet_id)
+    pairs. A few set queries per batch, none when no order is planned by cell."""
+    planned = {
+        row[0]: row
+        for row in Order.objects.filter(
+            pk__in={job.order_id for job in jobs}, cells_planned=True
+        ).values_list("pk", "environment_unit", "objects_per_environment", "object_categories")
+    }
+    if not planned:
+        return {}
+    planned_jobs = [job for job in jobs if job.order_id in planned]
+    site_ids = {s for job in planned_jobs for s, _ in candidates[job.pk]}
+    bound: dict = {}  # order_id -> {environment_index: (site_id, scene_id)}
+    for order_id, env, site_id, scene_id in OrderCell.objects.filter(
+        order_id__in=list(planned), site__isnull=False
+    ).values_list("order_id", "environment_index", "site_id", "scene_id"):
+        bound.setdefault(order_id, {})[env] = (site_id, scene_id)
+    objects = _object_counts(site_ids, {tuple(row[3] or ()) for row in planned.values()})
+    scene_orders = [pk for pk, row in planned.items() if row[1] == EnvironmentUnit.SCENE]
+    scenes: dict = {}
+    if scene_orders:
+        for site_id, scene_id in Scene.objects.filter(
+            active=True, site_id__in=site_ids
+        ).values_list("site_id", "pk"):
+            scenes.setdefault(site_id, set()).add(scene_id)
+    result = {}
+    for job in planned_jobs:
+        _, unit, per_environment, categories = planned[job.order_id]
+        envs = bound.get(job.order_id, {})
+        counts = objects[tuple(categories or ())]
+        mine = envs.get(job.environment_index)
+        capable = {s for s, _ in candidates[job.pk]}
+        if unit != EnvironmentUnit.SCENE:
+            allowed = (
+                {mine[0]} & capable
+                if mine
+                else {s for s in capable if counts.get(s, 0) >= per_environment}
+            )
+            result[job.pk] = PlanSites(allowed=frozenset(allowed))
+            continue
+        if mine:
+            result[job.pk] = PlanSites(
+                allowed=frozenset({mine[0]} & capable), scene_slots={mine[0]: 1}
+            )
+            continue
+        used = {scene for env, (_, scene) in envs.items() if env != job.environment_index}
+        waiting: dict = {}  # site -> other environments holding it without a bound scene
+        for _, env, site_id in usage.get(job.order_id, ()):
+            if env != job.environment_index and env not in envs:
+                waiting.setdefault(site_id, set()).add(env)
+        slots = {
+            s: len(scenes.get(s, set()) - used) - len(waiting.get(s, ()))
+            for s in capable
+            if counts.get(s, 0) >= per_environment
+        }
+        slots = {s: n for s, n in slots.items() if n >= 1}
+        result[job.pk] = PlanSites(allowed=frozenset(slots), scene_slots=slots)
+    return result
+
+
+def _object_counts(site_ids: set, category_sets: set) -> dict:
+    """categories (a tuple; empty: any) -> {site_id: active objects of those categories}."""
+    counts = {}
+    for categories in category_sets:
+        rows = SiteObject.objects.filter(active=True, site_id__in=site_ids)
+        if categories:
+            rows = rows.filter(category__in=[str(c).lower() for c in categories])
+        counts[categories] = dict(
+            rows.values("site_id").annotate(n=Count("pk")).values_list("site_id", "n")
+        )
+    return counts

@@ -213,6 +213,7 @@ def _demand(job: Job, candidates, bids: list, now: datetime, terms: PayTerms) ->
         weeks=seconds / selectors.SECONDS_PER_WEEK,
         sites=candidates.sites,
         same_environment_sites=frozenset(candidates.same_environment),
+        scene_slots=candidates.scene_slots,
         bids=tuple(matching.BidOption(b.pk, b.site_id, b.fleet_id) for b in bids),
         rank=(str(job.order_id), job.sequence),
         terms=terms,
