@@ -3,8 +3,8 @@ or the customer within its own order, with a reason code. Excluded episodes stop
 (their job's, order's and plan cell's accepted seconds go down), their hours go back to
 collection (the order returns to collection, a completed job's hours become a new dispatched
 job), the fleet is not paid for them (billing hears `orders.signals.order_hours_excluded` and
-reduces or deducts the payable), the delivered versions are superseded by a next one, and each exclusion
-is an append-only EpisodeExclusion row naming who acted.
+reduces or deducts the payable), the delivered versions are superseded by a next one, and
+each exclusion is an append-only EpisodeExclusion row naming who acted.
 
 A customer excludes only episodes not delivered yet (delivered ones are claimed:
 datasets/services/claims.py), within its rejection allowance (datasets/services/allowance.py),
