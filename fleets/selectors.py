@@ -239,7 +239,10 @@ def dispatch_candidates(*, job: Job, now: datetime) -> list[Candidate]:
 
 def _one_job_plan(job: Job):
     """PlanSites for one job of an order planned by cell, else None."""
-    if not Order.objects.filter(pk=job.order_id, cells_planned=True).exists():
+    if Job.order.is_cached(job):
+        if not job.order.cells_planned:
+            return None
+    elif not Order.objects.filter(pk=job.order_id, cells_planned=True).exists():
         return None
     pairs = SitesById(
         sorted(set(_robot_matches(job).values_list("site_id", "fleet_id")), key=site_order)
@@ -478,17 +481,21 @@ def _signature(job: Job) -> tuple:
     )
 
 
-def batch_candidates(*, jobs: list[Job]) -> dict:
+def batch_candidates(*, jobs: list[Job], planned_orders: set | None = None) -> dict:
     """job_id -> BatchCandidates for a batch of jobs, in four set queries whatever its size
     (the same rules as dispatch_candidates, without the capacity: the matcher checks that
-    as it places jobs); a few more for orders planned by cell (plan_sites)."""
+    as it places jobs); a few more for orders planned by cell (plan_sites). `planned_orders`:
+    the batch's orders planned by cell, when the caller read them (else one query)."""
     if not jobs:
         return {}
     usage = _batch_usage(jobs)
     excluded = _batch_exclusions([job.pk for job in jobs])
     signatures = _capable_sites(jobs)
     plans = plan_sites(
-        jobs=jobs, usage=usage, candidates={job.pk: signatures[_signature(job)] for job in jobs}
+        jobs=jobs,
+        usage=usage,
+        candidates={job.pk: signatures[_signature(job)] for job in jobs},
+        planned_orders=planned_orders,
     )
     result = {}
     for job in jobs:
@@ -528,15 +535,23 @@ class PlanSites:
     scene_slots: dict | None = None
 
 
-def plan_sites(*, jobs: list[Job], usage: dict, candidates: dict) -> dict:
+def plan_sites(
+    *, jobs: list[Job], usage: dict, candidates: dict, planned_orders: set | None = None
+) -> dict:
     """job_id -> PlanSites for the jobs of orders planned by cell (others are left out).
     `usage`: _batch_usage's rows; `candidates`: job_id -> its capable (site_id, fleet_id)
-    pairs. A few set queries per batch, none when no order is planned by cell."""
+    pairs; `planned_orders`: which of the jobs' orders are planned by cell, if known. A few
+    set queries per batch, none when the caller knows no order is planned by cell."""
+    order_ids = {job.order_id for job in jobs}
+    if planned_orders is not None:
+        order_ids &= set(planned_orders)
+        if not order_ids:
+            return {}
     planned = {
         row[0]: row
-        for row in Order.objects.filter(
-            pk__in={job.order_id for job in jobs}, cells_planned=True
-        ).values_list("pk", "environment_unit", "objects_per_environment", "object_categories")
+        for row in Order.objects.filter(pk__in=order_ids, cells_planned=True).values_list(
+            "pk", "environment_unit", "objects_per_environment", "object_categories"
+        )
     }
     if not planned:
         return {}
