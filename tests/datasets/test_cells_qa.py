@@ -23,7 +23,7 @@ from datasets.services.cells import cells_collect_shortfall
 from datasets.services.exclusions import episodes_exclude
 from datasets.services.qa import episode_record_qa
 from fleets.models import CameraCalibration, Job, OrderCell, Scene, SiteObject
-from fleets.services.planning import split_cell_targets
+from fleets.services.planning import job_collect_shortfall, split_cell_targets
 from orders.models import Order
 from tests.datasets.helpers import Collection, complete, put
 from tests.factories import JobFactory, OrderFactory
@@ -371,4 +371,6 @@ def test_a_short_cell_gets_one_job_collecting_its_shortfall(
     with transaction.atomic():
         locked = Order.objects.select_for_update().get(pk=order.pk)
         assert cells_collect_shortfall(order=locked, environment_index=0) == []
+        # and even asked directly, the cell's open shortfall job is the only one
+        assert job_collect_shortfall(cell_id=shortfall.shortfall_cell_id, seconds=1) is None
     assert Job.objects.filter(order=order, shortfall_cell__isnull=False).count() == 1
