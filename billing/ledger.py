@@ -97,7 +97,8 @@ def post_refund(refund: Refund) -> None:
     ledger_post(
         key=f"refund:{refund.id}",
         kind=LedgerTransaction.Kind.REFUND,
-        memo=f"Refund ({refund.reason}) for order {refund.order_id}",
+        memo=f"Refund ({refund.reason}) for order {refund.order_id}"
+        + (f": {refund.note}" if refund.note else ""),
         legs=[
             Leg(LedgerAccount.CUSTOMER_FUNDS, refund.amount, refund.currency),
             Leg(LedgerAccount.STRIPE_BALANCE, -refund.amount, refund.currency),

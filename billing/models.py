@@ -126,6 +126,7 @@ class Refund(models.Model):
         STAFF = "staff", "Issued by staff"
         STRIPE = "stripe", "Issued in Stripe (seen by webhook)"
         CREDIT = "credit", "Delivered episodes rejected (credit)"
+        PLAN_SHORTFALL = "plan_shortfall", "Environments or objects not delivered (true-up)"
 
     class Status(models.TextChoices):
         PENDING = "pending", "Pending (sent or to send to Stripe)"

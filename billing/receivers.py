@@ -14,7 +14,17 @@ def on_order_cancelled(sender, order_id, **kwargs) -> None:
     enqueue_or_leave_to_sweeper(tasks.order_fleet_payables, str(order_id))
 
 
-def on_order_delivered(sender, order_id, **kwargs) -> None:
+def on_order_delivered(sender, order_id, plan_delivered=None, **kwargs) -> None:
+    if isinstance(plan_delivered, dict):
+        # A planned order: the shortfall credits, then the hours; the true-up queues the
+        # payables after it (their customer parts count the credits).
+        enqueue_or_leave_to_sweeper(
+            tasks.order_trueup,
+            str(order_id),
+            plan_delivered.get("environments"),
+            plan_delivered.get("objects"),
+        )
+        return
     enqueue_or_leave_to_sweeper(tasks.order_trueup, str(order_id))
     enqueue_or_leave_to_sweeper(tasks.order_fleet_payables, str(order_id))
 

@@ -3,7 +3,15 @@
 
 from celery import shared_task
 
-from billing.services import payables, payments, payouts, refunds, stripe_events, sweep
+from billing.services import (
+    payables,
+    payments,
+    payouts,
+    plan_credits,
+    refunds,
+    stripe_events,
+    sweep,
+)
 from billing.stripe_gateway import GatewayUnavailable
 from marketplace.task_options import task_options
 
@@ -27,8 +35,14 @@ def refund_submit(refund_id: str) -> str:
 
 
 @shared_task(**task_options())
-def order_trueup(order_id: str) -> str | None:
-    refund = refunds.order_trueup(order_id=order_id)
+def order_trueup(
+    order_id: str, environments: int | None = None, objects: int | None = None
+) -> str | None:
+    """`environments`, `objects`: a planned order's distinct ones delivered (else None)."""
+    delivered = None
+    if environments is not None or objects is not None:
+        delivered = {"environments": environments, "objects": objects}
+    refund = plan_credits.order_delivered_trueup(order_id=order_id, delivered=delivered)
     return str(refund.id) if refund else None
 
 

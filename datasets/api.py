@@ -71,7 +71,27 @@ class EpisodeRegisterSerializer(serializers.Serializer):
         min_value=1, max_value=10_000_000, help_text="Rows of the file (frames / fps = seconds)."
     )
     objects_handled = serializers.ListField(
-        child=serializers.CharField(max_length=100), required=False, default=list, max_length=50
+        child=serializers.CharField(max_length=100),
+        required=False,
+        default=list,
+        max_length=50,
+        help_text="In the order handled (duplicates dropped): the first is the object whose"
+        " (environment, object) cell the episode counts in.",
+    )
+    scene = serializers.CharField(
+        max_length=100,
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        default=None,
+        help_text="The name of an active scene of the episode's site (POST /api/v1/fleet/scenes).",
+    )
+    camera_calibrations = serializers.DictField(
+        child=serializers.UUIDField(),
+        required=False,
+        default=dict,
+        help_text="{camera name: calibration id} (the robot's, of that camera); a camera of the"
+        " order left out gets the robot's calibration in force (its latest made by now).",
     )
     videos = VideoDeclarationSerializer(
         many=True,
@@ -94,6 +114,10 @@ class EpisodeRegisterSerializer(serializers.Serializer):
             sha256=data["sha256"],
             frames=data["frames"],
             objects_handled=tuple(data["objects_handled"]),
+            scene=data["scene"],
+            camera_calibrations=tuple(
+                (camera, str(pk)) for camera, pk in data["camera_calibrations"].items()
+            ),
             videos=tuple(VideoDeclaration(**video) for video in data["videos"]),
             part_sha256s=tuple(data["part_sha256s"]),
             part_bytes=data["part_bytes"],
@@ -162,11 +186,32 @@ class EpisodeVideoSerializer(serializers.ModelSerializer):
 CONTENT_QA_FIELDS = ("quality_score", "idle_fraction", "jerk", "qa_measurements")
 
 
+class SceneRefSerializer(serializers.Serializer):
+    id = serializers.UUIDField(read_only=True)
+    name = serializers.CharField(read_only=True)
+
+
+class CellRefSerializer(serializers.Serializer):
+    environment_index = serializers.IntegerField(read_only=True)
+    object_slot = serializers.IntegerField(read_only=True)
+
+
 class EpisodeSerializer(serializers.ModelSerializer):
     job = serializers.UUIDField(source="job_id", read_only=True)
     site = serializers.UUIDField(source="site_id", read_only=True)
     robot = serializers.UUIDField(source="robot_id", read_only=True)
     qa_failures = QAFailureSerializer(many=True, read_only=True)
+    scene = SceneRefSerializer(read_only=True, allow_null=True)
+    camera_calibrations = serializers.DictField(
+        child=serializers.UUIDField(),
+        read_only=True,
+        help_text="{camera name: calibration id} in force when the episode was registered.",
+    )
+    cell = CellRefSerializer(
+        read_only=True,
+        allow_null=True,
+        help_text="The order's (environment, object) cell it counts in, once accepted.",
+    )
 
     class Meta:
         model = Episode
@@ -179,6 +224,9 @@ class EpisodeSerializer(serializers.ModelSerializer):
             "task_instruction",
             "success",
             "objects_handled",
+            "scene",
+            "camera_calibrations",
+            "cell",
             "fps",
             "size_bytes",
             "sha256",

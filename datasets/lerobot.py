@@ -94,10 +94,13 @@ class _FeatureStats:
 
 def _extra_column(name: str, values: list) -> pa.Array:
     """One more meta/episodes column (LeRobot loads extra columns there): the videos' indexes
-    (int64) and timestamps (float64), and the curation columns: text (the operator) or
-    measurements (float64; null where nothing was measured)."""
+    (int64) and timestamps (float64), the curation columns: text (the operator) or
+    measurements (float64; null where nothing was measured), and the plan's (text: scene_id,
+    site, calibration_id; a list of strings: objects, typed like `tasks`)."""
     if name.endswith("timestamp"):
         return pa.array(values, pa.float64())
+    if any(isinstance(v, list | tuple) for v in values):
+        return pa.array([[str(x) for x in v or ()] for v in values], pa.list_(pa.string()))
     if any(isinstance(v, str) for v in values):
         return pa.array([None if v is None else str(v) for v in values], pa.string())
     if any(isinstance(v, float) for v in values) or any(v is None for v in values):

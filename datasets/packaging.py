@@ -15,8 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from datasets import storage
+from datasets.delivery_plan import NO_OBJECT, PlanGrid
 
 HASH_CHUNK = 1024 * 1024
+CALIBRATIONS_PATH = "meta/calibrations.json"
 
 
 def file_sha256(path: Path) -> str:
@@ -57,6 +59,20 @@ class VideoFacts:
             fps=summary["fps"],
             files=len(summary["files"]),
         )
+
+
+@dataclass(frozen=True)
+class CalibrationFacts:
+    """One calibration shipped in meta/calibrations.json, as the card lists it."""
+
+    id: str
+    camera: str
+    robot: str  # the robot's pseudonym within the order
+    calibrated_at: str
+    width: int
+    height: int
+    distortion_model: str
+    reference_frame: str
 
 
 QUALITY_BINS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -123,6 +139,8 @@ class DatasetCardFacts:
     quality: QualityFacts | None = None
     version: int = 1
     filters: dict = field(default_factory=dict)  # what this version keeps (see the manifest)
+    plan: PlanGrid | None = None  # the collection plan's grid (planned orders only)
+    calibrations: tuple[CalibrationFacts, ...] = ()
 
 
 # Characters that make HTML, links, images, code, tables or headings of plain text (":" too:
@@ -179,6 +197,8 @@ def render_dataset_card(facts: DatasetCardFacts) -> str:
         lines.append(f"  - {md(reason)}: {count}")
     lines += _quality_lines(facts)
     lines += _stream_lines(facts)
+    lines += _plan_lines(facts)
+    lines += _calibration_lines(facts)
     lines += ["", "## Provenance", ""]
     if facts.provenance:
         lines += ["| Fleet | Site | Site kind | Episodes | Hours |", "|---|---|---|---|---|"]
@@ -249,6 +269,69 @@ def _stream_lines(facts: DatasetCardFacts) -> list[str]:
         lines += [
             f"| {md(key)} | {len(names)}: {md(', '.join(names))} |" for key, names in facts.vectors
         ]
+    return lines
+
+
+def _plan_lines(facts: DatasetCardFacts) -> list[str]:
+    """The grid (environments x objects: episodes and minutes per cell) and the coverage."""
+    grid = facts.plan
+    if grid is None:
+        return []
+    unit = "scenes" if grid.unit == "scene" else "sites"
+    lines = [
+        "",
+        "## Collection plan",
+        "",
+        f"Environments are distinct {unit}. `meta/episodes` carries each episode's `site` (a"
+        " pseudonym, the same in every version of this order's dataset), `scene_id` (empty"
+        " when none), `objects` (the objects handled, in the fleet's order: an episode counts"
+        " in the cell of its first object) and `calibration_id` (a JSON object"
+        " {camera: calibration id}).",
+        "",
+        "| Coverage | Planned | Delivered |",
+        "|---|---|---|",
+        f"| Environments | {grid.environments_planned} | {grid.delivered.environments} |",
+        f"| Distinct objects | {grid.objects_planned} | {grid.delivered.objects} |",
+        "",
+        "Episodes and minutes per cell (environment x first object):",
+        "",
+        "| Environment | " + " | ".join(md(o) for o in grid.objects) + " |",
+        "|---|" + "---|" * len(grid.objects),
+    ]
+    for environment in grid.environments:
+        cells = []
+        for obj in grid.objects:
+            cell = grid.cell(environment, obj)
+            cells.append(f"{cell.episodes} ep, {cell.minutes} min" if cell else "-")
+        lines.append(f"| {md(environment)} | " + " | ".join(cells) + " |")
+    if NO_OBJECT in grid.objects:
+        lines += ["", f"{md(NO_OBJECT)}: episodes whose fleet named no object."]
+    return lines
+
+
+def _calibration_lines(facts: DatasetCardFacts) -> list[str]:
+    if not facts.calibrations:
+        return []
+    lines = [
+        "",
+        "## Camera calibrations",
+        "",
+        f"`{CALIBRATIONS_PATH}` holds each camera calibration the episodes reference, keyed by"
+        " its id (an episode's `calibration_id` names one per camera): `camera`, `robot` (a"
+        " pseudonym), `calibrated_at` (UTC), `width`, `height`, intrinsics `fx`, `fy`, `cx`,"
+        " `cy` (pixels), `distortion_model` (none, plumb_bob, rational_polynomial or"
+        " equidistant, as ROS and OpenCV name them) with its `distortion_coefficients`,"
+        " `extrinsics` (a 4x4 row-major homogeneous transform from the camera frame to"
+        " `reference_frame`) and `reference_frame`.",
+        "",
+        "| Calibration | Camera | Robot | Calibrated at | Resolution | Distortion | Frame |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {md(c.id)} | {md(c.camera)} | {md(c.robot)} | {md(c.calibrated_at)} |"
+        f" {c.width}x{c.height} | {md(c.distortion_model)} | {md(c.reference_frame)} |"
+        for c in facts.calibrations
+    ]
     return lines
 
 

@@ -17,7 +17,7 @@ HOUR = Decimal(3600)
 
 def episodes_of_fleet(*, organization: Organization) -> QuerySet[Episode]:
     return Episode.objects.filter(fleet__organization=organization).select_related(
-        "job", "site", "robot"
+        "job", "site", "robot", "scene", "cell"
     )
 
 

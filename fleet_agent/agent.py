@@ -24,8 +24,7 @@ import random
 import re
 import threading
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import ROUND_DOWN, Decimal
 
 from fleet_agent import uploads
@@ -33,6 +32,8 @@ from fleet_agent.cameras import VIDEO_DEFECTS
 from fleet_agent.client import ApiClient, ApiError, TransientError
 from fleet_agent.config import AgentConfig, SiteConfig
 from fleet_agent.episodes import AGENT_DEFECTS, Episode, choose_defect, make_episode, resubmitted
+from fleet_agent.plan import CollectionPlan
+from fleet_agent.summary import RunSummary
 from fleet_agent.webhooks import WebhookReceiver
 
 log = logging.getLogger("fleet_agent")
@@ -40,42 +41,6 @@ log = logging.getLogger("fleet_agent")
 WORKING = ("assigned", "in_progress")
 DECIDED = ("accepted", "rejected")
 FPS_IN_MESSAGE = re.compile(r"recorded at (\d+) fps")
-
-
-@dataclass
-class RunSummary:
-    """What a run did; `run()` returns it, and `FleetAgent.summary` keeps it up to date."""
-
-    offers_accepted: int = 0
-    offers_declined: int = 0
-    episodes_uploaded: int = 0
-    defective_uploaded: int = 0
-    uploads_by_method: Counter = field(default_factory=Counter)
-    episodes_accepted: int = 0
-    episodes_rejected: int = 0
-    rejection_reasons: Counter = field(default_factory=Counter)
-    webhooks_received: Counter = field(default_factory=Counter)
-    jobs_completed: set = field(default_factory=set)
-    errors: list = field(default_factory=list)
-    elapsed_seconds: float = 0.0
-    stopped_because: str = ""
-
-    def as_dict(self) -> dict:
-        return {
-            "offers_accepted": self.offers_accepted,
-            "offers_declined": self.offers_declined,
-            "episodes_uploaded": self.episodes_uploaded,
-            "defective_uploaded": self.defective_uploaded,
-            "uploads_by_method": dict(self.uploads_by_method),
-            "episodes_accepted": self.episodes_accepted,
-            "episodes_rejected": self.episodes_rejected,
-            "rejection_reasons": dict(self.rejection_reasons),
-            "webhooks_received": dict(self.webhooks_received),
-            "jobs_completed": sorted(self.jobs_completed),
-            "errors": list(self.errors),
-            "elapsed_seconds": round(self.elapsed_seconds, 2),
-            "stopped_because": self.stopped_because,
-        }
 
 
 @dataclass
@@ -88,6 +53,7 @@ class _Upload:
     parts: list | None = None  # multipart: the parts' ETags, to complete again if need be
     video_parts: list | None = None  # the same for multipart camera videos
     status: str = "uploaded"  # then accepted, rejected, or abandoned
+    handled: str | None = None  # the object it counts for (its cell's)
 
 
 class FleetAgent:
@@ -101,6 +67,7 @@ class FleetAgent:
         defect_rate: float | None = None,
         seed: int | None = None,
         only_job: str | None = None,
+        plan_defects: list[str] | None = None,
     ):
         self.config = config
         # --job: work on this one job only (the job page's "start collecting"); take no offers
@@ -127,6 +94,9 @@ class FleetAgent:
         self._wake = threading.Event()  # set by stop() and by webhooks: do not wait to poll
         self._idle = False
         self.receiver: WebhookReceiver | None = None
+        # objects, scenes, calibrations; plan_defects (None: the config's) each sent once
+        self.plan = CollectionPlan(config, self.client, plan_defects)
+        self.plan.registered = self.summary.plan_registered
 
     # --- registration -------------------------------------------------------------------
 
@@ -172,6 +142,7 @@ class FleetAgent:
             self.site_configs[site["id"]] = site_config
             for robot_config in site_config.robots:
                 self.robots.append(self._ensure_robot(site, robot_config, existing_robots))
+        self.plan.register(self.sites, self.site_configs, self.robots)
         return {"fleet": self.fleet, "sites": list(self.sites.values()), "robots": self.robots}
 
     def _start_receiver(self) -> str:
@@ -378,6 +349,8 @@ class FleetAgent:
             self.summary.episodes_rejected += 1
             codes = [f["code"] for f in episode.get("qa_failures") or []]
             self.summary.rejection_reasons.update(codes)
+            if not upload.defect:
+                self.plan.refused(upload.job_id, upload.handled, codes)
             log.info(
                 "episode %s rejected (%s; defect we made: %s): will re-collect",
                 episode_id,
@@ -419,29 +392,15 @@ class FleetAgent:
             seconds = max(collection.min_episode_seconds, needed)
         cameras = uploads.cameras_of(job)
         kinds = AGENT_DEFECTS + (VIDEO_DEFECTS if cameras else ())
-        defect = choose_defect(self.rng, self.defect_rate, kinds)
+        plan_defect = self.plan.next_defect(job, robot)
+        defect = None if plan_defect else choose_defect(self.rng, self.defect_rate, kinds)
         video_defect = defect if defect in VIDEO_DEFECTS else None
-        embodiment, last = self._embodiment(job["embodiment"]), self._last_clean.get(job["id"])
-        if defect == "near_duplicate" and last is not None:
-            episode = resubmitted(last)  # the previous clean episode of this job, sent again
-        else:
-            defect = None if defect == "near_duplicate" else defect
-            episode = make_episode(
-                action_dim=int(embodiment["action_dim"]),
-                fps=fps,
-                seconds=seconds,
-                seed=self.rng.getrandbits(32),
-                defect=None if video_defect else defect,
-                state_limits=embodiment.get("state_limits") or None,
-                vectors=uploads.vectors_of(job),
-            )
-            self._last_clean[job["id"]] = episode if defect is None else last
-        site_config = self.site_configs.get(job["site"])
-        objects = list(site_config.objects) if site_config else []
+        episode, defect = self._record(job, fps, seconds, defect, video_defect)
         videos = uploads.videos_for(
             job, episode, seed=self.rng.getrandbits(16), defect=video_defect
         )
-        handled = self.rng.sample(objects, k=min(len(objects), self.rng.randint(1, 3)))
+        plan_fields, handled = self.plan.episode_fields(job, robot, plan_defect)
+        defect = defect or plan_defect
         body = {
             "site": job["site"],
             "robot": robot["id"],
@@ -452,7 +411,7 @@ class FleetAgent:
             "size_bytes": episode.size_bytes,
             "sha256": episode.sha256,
             "frames": episode.frames,
-            "objects_handled": handled,
+            **plan_fields,
             "videos": uploads.declarations(videos),
         }
         try:
@@ -465,10 +424,13 @@ class FleetAgent:
             self._order_fps[job["order"]] = order_fps
             return self.collect_and_upload(job, missing_seconds)
         episode_id = registered["id"]
+        self.plan.sent(plan_defect)
         parts, video_parts = uploads.put_all(
             self.client, episode_id, registered["upload"], episode.data, videos
         )
-        upload = _Upload(job["id"], episode.duration_seconds, defect, parts, video_parts)
+        upload = _Upload(
+            job["id"], episode.duration_seconds, defect, parts, video_parts, handled=handled
+        )
         self._uploads[episode_id] = upload
         self.summary.episodes_uploaded += 1
         self.summary.uploads_by_method[registered["upload"]["method"]] += 1
@@ -486,6 +448,24 @@ class FleetAgent:
             f", defect {defect}" if defect else "",
         )
         return episode_id
+
+    def _record(self, job, fps, seconds, defect, video_defect) -> tuple[Episode, str | None]:
+        """The episode's parquet (with a file or content defect), and the defect it has."""
+        embodiment, last = self._embodiment(job["embodiment"]), self._last_clean.get(job["id"])
+        if defect == "near_duplicate" and last is not None:
+            return resubmitted(last), defect  # the previous clean episode, sent again
+        defect = None if defect == "near_duplicate" else defect
+        episode = make_episode(
+            action_dim=int(embodiment["action_dim"]),
+            fps=fps,
+            seconds=seconds,
+            seed=self.rng.getrandbits(32),
+            defect=None if video_defect else defect,
+            state_limits=embodiment.get("state_limits") or None,
+            vectors=uploads.vectors_of(job),
+        )
+        self._last_clean[job["id"]] = episode if defect is None else last
+        return episode, defect
 
     def _put(self, episode_id: str, upload: dict, episode: Episode) -> list[dict] | None:
         """Send the parquet as instructed; renew the URLs once if storage refuses them."""

@@ -22,7 +22,7 @@ import sys
 
 from fleet_agent.agent import FleetAgent
 from fleet_agent.client import ApiClient, ApiError, RetryPolicy, TransientError
-from fleet_agent.config import ConfigError, load_config
+from fleet_agent.config import PLAN_DEFECTS, ConfigError, load_config
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,6 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="share of episodes made defective for QA to reject (overrides the file)",
+    )
+    parser.add_argument(
+        "--plan-defect",
+        action="append",
+        choices=PLAN_DEFECTS,
+        default=None,
+        help="send one episode with this collection plan mistake (repeatable; overrides the file)",
     )
     parser.add_argument(
         "--max-seconds", type=float, default=None, help="stop after this many seconds"
@@ -100,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         defect_rate=args.defect_rate,
         seed=args.seed,
         only_job=args.job,
+        plan_defects=args.plan_defect,
     )
 
     def stop(signum, frame):

@@ -40,6 +40,10 @@ class ApiClient(BaseClient):
     def embodiments(self) -> dict[str, dict]:
         return {e["slug"]: e for e in self.list_all("catalog/embodiments")}
 
+    def sensors(self) -> dict[str, dict]:
+        """The catalog's sensor add-ons by slug (a camera's `stream`: name, resolution)."""
+        return {s["slug"]: s for s in self.list_all("catalog/sensors")}
+
     def fleets(self) -> list[dict]:
         return list(self.list_all("fleet/fleets"))
 
@@ -72,6 +76,55 @@ class ApiClient(BaseClient):
 
     def update_robot(self, robot_id: str, body: dict) -> dict:
         return self.patch(f"fleet/robots/{robot_id}", body)
+
+    # --- the collection plan (issue 30): a site's objects and scenes, camera calibrations ---
+
+    def site_objects(self, site: str | None = None) -> list[dict]:
+        """The fleet's objects (of one site with `site`, an id); their name is their identity."""
+        return [o for o in self.list_all("fleet/objects") if site is None or o["site"] == site]
+
+    def create_site_object(self, body: dict) -> dict:
+        """body: site, name, category?, size_class? (small|medium|large), photo_url?, notes?"""
+        return self.post("fleet/objects", body)
+
+    def site_object(self, object_id: str) -> dict:
+        return self.get(f"fleet/objects/{object_id}")
+
+    def update_site_object(self, object_id: str, body: dict) -> dict:
+        """body: category, size_class, photo_url, notes, active (never the name)."""
+        return self.patch(f"fleet/objects/{object_id}", body)
+
+    def scenes(self, site: str | None = None) -> list[dict]:
+        return [s for s in self.list_all("fleet/scenes") if site is None or s["site"] == site]
+
+    def create_scene(self, body: dict) -> dict:
+        """body: site, name, table?, background?, lighting?, camera_placement?, notes?,
+        arranged_at? (default: now). A moved robot or camera is a new scene."""
+        return self.post("fleet/scenes", body)
+
+    def scene(self, scene_id: str) -> dict:
+        return self.get(f"fleet/scenes/{scene_id}")
+
+    def update_scene(self, scene_id: str, body: dict) -> dict:
+        """body: notes, active only."""
+        return self.patch(f"fleet/scenes/{scene_id}", body)
+
+    def calibrations(self, robot: str | None = None, camera: str | None = None) -> list[dict]:
+        params = {k: v for k, v in (("robot", robot), ("camera", camera)) if v is not None}
+        return [
+            c
+            for c in self.list_all("fleet/calibrations", **params)
+            if (robot is None or c["robot"] == robot) and (camera is None or c["camera"] == camera)
+        ]
+
+    def create_calibration(self, body: dict) -> dict:
+        """body: robot, camera, calibrated_at, width, height, fx, fy, cx, cy,
+        distortion_model, distortion_coefficients, extrinsics, reference_frame? (never edited:
+        a recalibration is a new one)."""
+        return self.post("fleet/calibrations", body)
+
+    def calibration(self, calibration_id: str) -> dict:
+        return self.get(f"fleet/calibrations/{calibration_id}")
 
     def offers(self, status: str = "pending") -> list[dict]:
         return list(self.list_all("fleet/offers", status=status))

@@ -14,7 +14,13 @@
     [[sites]]
     name = "Bench A"                   # found by name within the fleet, or created
     kind = "lab_bench"                 # kitchen, household, office, warehouse_shelf, ...
-    objects = ["peg-8mm", "block"]
+    objects = ["peg-8mm", {name = "block", category = "block", size_class = "small"}]
+                                       # default: three typical of the kind
+
+    [[sites.scenes]]                   # optional: default two scenes, arrangement-1 and -2
+    name = "window-bench"              # found by name within the site, or created
+    lighting = "daylight"              # also table, background, camera_placement, notes
+    arranged_at = 2026-12-01T09:00:00Z # optional: when it was set up (default: a day ago)
 
     [[sites.robots]]
     name = "fr3-01"                    # found by name within the site, or created
@@ -31,6 +37,9 @@
     poll_seconds = 2
     heartbeat_seconds = 60
     seed = 0                           # omit for a different run every time
+    recalibrate_days = 7               # calibrate a camera again when its latest is older
+    plan_defects = []                  # object_not_in_plan, uncalibrated_camera,
+                                       # stale_calibration: each sent once (QA rejects them)
 
     [webhook]                          # optional: receive offers instead of only polling
     listen = "0.0.0.0:8765"            # the receiver's address
@@ -45,6 +54,7 @@ import os
 import re
 import tomllib
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
@@ -75,12 +85,39 @@ class RobotConfig:
 
 
 @dataclass(frozen=True)
+class ObjectConfig:
+    """An object the site can use (issue 30): its name is its identity on the platform."""
+
+    name: str
+    category: str = ""
+    size_class: str = ""  # small | medium | large | "" (not said)
+    photo_url: str = ""
+    notes: str = ""
+
+
+@dataclass(frozen=True)
+class SceneConfig:
+    """One arrangement of the site (table, background, lighting, camera placement); a moved
+    robot or camera is a new scene. `arranged_at` None: the agent's start, less a day."""
+
+    name: str
+    table: str = ""
+    background: str = ""
+    lighting: str = ""
+    camera_placement: str = ""
+    notes: str = ""
+    arranged_at: datetime | None = None
+
+
+@dataclass(frozen=True)
 class SiteConfig:
     name: str
     kind: str
-    objects: tuple[str, ...] = ()
+    objects: tuple[str, ...] = ()  # the names of `object_specs`
     description: str = ""
     robots: tuple[RobotConfig, ...] = ()
+    object_specs: tuple[ObjectConfig, ...] = ()
+    scenes: tuple[SceneConfig, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -104,6 +141,10 @@ class CollectionConfig:
     poll_seconds: float = 2.0
     heartbeat_seconds: float = 60.0
     seed: int | None = None
+    # The collection plan's deliberate mistakes, each sent once (fleet_agent/agent.py).
+    plan_defects: tuple[str, ...] = ()
+    # A camera whose latest calibration is older than this is calibrated again on start.
+    recalibrate_days: float = 7.0
 
 
 @dataclass(frozen=True)
@@ -216,7 +257,7 @@ def _fleet(raw: dict) -> FleetConfig:
 def _site(raw, where: str) -> SiteConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: a table")
-    _only(raw, where, {"name", "kind", "objects", "description", "robots"})
+    _only(raw, where, {"name", "kind", "objects", "description", "robots", "scenes"})
     kind = _string(raw, "kind", where)
     if kind not in SITE_KINDS:
         raise ConfigError(f"{where}.kind: {kind!r} is not one of {', '.join(SITE_KINDS)}")
@@ -227,13 +268,125 @@ def _site(raw, where: str) -> SiteConfig:
     names = [r.name for r in robots]
     if len(set(names)) != len(names):
         raise ConfigError(f"{where}.robots: robot names must be unique within a site")
+    objects = _objects(raw, where, kind)
     return SiteConfig(
         name=_string(raw, "name", where),
         kind=kind,
-        objects=_strings(raw, "objects", where),
+        objects=tuple(o.name for o in objects),
         description=_string(raw, "description", where, "", allow_empty=True),
         robots=robots,
+        object_specs=objects,
+        scenes=_scenes(raw, where, kind),
     )
+
+
+# A site that lists none gets three objects and two scenes typical of its kind.
+DEFAULT_OBJECTS = {
+    "kitchen": (
+        ("mug", "mug", "small"),
+        ("plate", "dish", "medium"),
+        ("sponge", "sponge", "small"),
+    ),
+    "household": (
+        ("towel", "textile", "medium"),
+        ("remote", "remote", "small"),
+        ("book", "book", "small"),
+    ),
+    "office": (
+        ("stapler", "tool", "small"),
+        ("pen", "pen", "small"),
+        ("notebook", "book", "small"),
+    ),
+    "warehouse_shelf": (
+        ("tote", "container", "large"),
+        ("box", "box", "medium"),
+        ("bottle", "bottle", "small"),
+    ),
+    "retail_aisle": (
+        ("cereal-box", "box", "medium"),
+        ("can", "can", "small"),
+        ("bottle", "bottle", "small"),
+    ),
+    "lab_bench": (
+        ("peg", "peg", "small"),
+        ("block", "block", "small"),
+        ("connector", "connector", "small"),
+    ),
+    "production_line": (
+        ("bracket", "part", "small"),
+        ("bolt", "fastener", "small"),
+        ("housing", "part", "medium"),
+    ),
+}
+DEFAULT_SCENES = (
+    ("arrangement-1", "the site's work table", "plain wall", "overhead LED", "front-left"),
+    ("arrangement-2", "the site's work table", "shelving", "daylight", "front-right"),
+)
+SIZE_CLASSES = ("small", "medium", "large")
+PLAN_DEFECTS = ("object_not_in_plan", "uncalibrated_camera", "stale_calibration")
+
+
+def _objects(raw: dict, where: str, kind: str) -> tuple[ObjectConfig, ...]:
+    """`objects`: names, or tables {name, category, size_class, photo_url, notes}."""
+    if "objects" not in raw:
+        return tuple(ObjectConfig(n, c, size) for n, c, size in DEFAULT_OBJECTS[kind])
+    value = raw["objects"]
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}.objects: a list of names or {{name = ..., category = ...}}")
+    objects = []
+    for i, item in enumerate(value):
+        at = f"{where}.objects[{i}]"
+        if isinstance(item, str):
+            item = {"name": item}
+        if not isinstance(item, dict):
+            raise ConfigError(f"{at}: a name or a table {{name, category, size_class, ...}}")
+        _only(item, at, set(ObjectConfig.__dataclass_fields__))
+        size = _string(item, "size_class", at, "", allow_empty=True)
+        if size and size not in SIZE_CLASSES:
+            raise ConfigError(f"{at}.size_class: {size!r} is not one of {', '.join(SIZE_CLASSES)}")
+        objects.append(
+            ObjectConfig(
+                name=_string(item, "name", at),
+                category=_string(item, "category", at, "", allow_empty=True).lower(),
+                size_class=size,
+                photo_url=_string(item, "photo_url", at, "", allow_empty=True),
+                notes=_string(item, "notes", at, "", allow_empty=True),
+            )
+        )
+    names = [o.name for o in objects]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where}.objects: object names must be unique within a site")
+    return tuple(objects)
+
+
+def _scenes(raw: dict, where: str, kind: str) -> tuple[SceneConfig, ...]:
+    """`[[sites.scenes]]`: name, table, background, lighting, camera_placement, notes,
+    arranged_at (a TOML date-time with its offset)."""
+    if "scenes" not in raw:
+        return tuple(SceneConfig(n, t, b, light, c) for n, t, b, light, c in DEFAULT_SCENES)
+    value = raw["scenes"]
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{where}.scenes: one or more [[sites.scenes]] tables")
+    scenes = []
+    for i, item in enumerate(value):
+        at = f"{where}.scenes[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{at}: a table")
+        _only(item, at, set(SceneConfig.__dataclass_fields__))
+        arranged = item.get("arranged_at")
+        if arranged is not None and (not isinstance(arranged, datetime) or not arranged.tzinfo):
+            raise ConfigError(
+                f"{at}.arranged_at: a date-time with its offset, 2026-12-01T09:00:00Z"
+            )
+        texts = {
+            key: _string(item, key, at, "", allow_empty=True)
+            for key in ("table", "background", "lighting", "camera_placement", "notes")
+        }
+        scenes.append(SceneConfig(name=_string(item, "name", at), arranged_at=arranged, **texts))
+    names = [s.name for s in scenes]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where}.scenes: scene names must be unique within a site")
+    return tuple(scenes)
 
 
 def _robot(raw, where: str) -> RobotConfig:
@@ -276,6 +429,8 @@ def _collection(raw) -> CollectionConfig:
             "poll_seconds",
             "heartbeat_seconds",
             "seed",
+            "plan_defects",
+            "recalibrate_days",
         },
     )
     defaults = CollectionConfig()
@@ -302,7 +457,15 @@ def _collection(raw) -> CollectionConfig:
     seed = raw.get("seed")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
         raise ConfigError(f"{where}.seed: an integer")
+    plan_defects = _strings(raw, "plan_defects", where)
+    for defect in plan_defects:
+        if defect not in PLAN_DEFECTS:
+            raise ConfigError(
+                f"{where}.plan_defects: {defect!r} is not one of {', '.join(PLAN_DEFECTS)}"
+            )
     return CollectionConfig(
+        plan_defects=tuple(dict.fromkeys(plan_defects)),
+        recalibrate_days=_positive(raw, "recalibrate_days", where, defaults.recalibrate_days),
         fps=fps,
         min_episode_seconds=float(span[0]),
         max_episode_seconds=float(span[1]),

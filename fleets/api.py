@@ -153,7 +153,7 @@ class SiteSerializer(serializers.ModelSerializer):
         max_length=5000, required=False, default="", allow_blank=True
     )
     objects_available = serializers.ListField(
-        child=serializers.CharField(max_length=120), max_length=500, required=False, default=list
+        child=serializers.CharField(max_length=100), max_length=500, required=False, default=list
     )
     active = serializers.BooleanField(default=True)
 
@@ -319,6 +319,11 @@ class JobSerializer(serializers.ModelSerializer):
         help_text="Accepted seconds the job collects and is paid for: target_hours x 3600, or "
         "less for a re-collection of excluded time (target_hours is then rounded up).",
     )
+    plan = serializers.SerializerMethodField(
+        help_text="The order's collection plan as it concerns the job's environment (issue 30): "
+        "whether QA checks cells, distinct sites or scenes, object cells per environment, "
+        "object categories allowed, whether cameras must be calibrated, a cell's maximum share."
+    )
 
     class Meta:
         model = Job
@@ -333,6 +338,7 @@ class JobSerializer(serializers.ModelSerializer):
             "end_effector",
             "sensors",
             "stream_spec",
+            "plan",
             "site_kinds",
             "target_hours",
             "target_seconds",
@@ -344,6 +350,18 @@ class JobSerializer(serializers.ModelSerializer):
             "created_at",
         ]
         read_only_fields = fields
+
+    def get_plan(self, job) -> dict:
+        order = job.order
+        return {
+            "cells_planned": order.cells_planned,
+            "environment_unit": order.environment_unit,
+            "objects_per_environment": order.objects_per_environment,
+            "distinct_objects": order.distinct_objects,
+            "object_categories": list(order.object_categories),
+            "calibrated_cameras": order.calibrated_cameras,
+            "cell_max_share_percent": str(order.cell_max_share_percent),
+        }
 
 
 class OpenJobSerializer(JobSerializer):

@@ -11,7 +11,16 @@ class ErrorCode(models.TextChoices):
     BID_CURRENCY = "bid_currency", "The fleet is paid in another currency than the order."
     BID_EXISTS = "bid_exists", "The fleet already has an open bid on this job."
     INVALID_JOB_TRANSITION = "invalid_job_transition", "The job's status does not allow this move."
+    INVALID_CALIBRATION = (
+        "invalid_calibration",
+        "A camera calibration that no real camera has (resolution, focal lengths, principal"
+        " point, distortion coefficient count, non-finite numbers, extrinsics not a rigid 4x4).",
+    )
     JOB_NOT_OFFERED = "job_not_offered", "The job is no longer on offer."
+    NAME_TAKEN = (
+        "name_taken",
+        "The site already has an object or a scene of this name (names are unique in a site).",
+    )
     NOT_A_FLEET_OPERATOR = "not_a_fleet_operator", "Only fleet-operator organizations can do this."
     NOT_ELIGIBLE = (
         "not_eligible",

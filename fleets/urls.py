@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from fleets import api, api_operators
+from fleets import api, api_collection, api_operators
 
 urlpatterns = [
     path("fleets", api.FleetListCreate.as_view(), name="fleet-list"),
@@ -20,6 +20,23 @@ urlpatterns = [
     path("operators", api_operators.OperatorListCreate.as_view(), name="fleet-operator-list"),
     path(
         "operators/<uuid:pk>", api_operators.OperatorDetail.as_view(), name="fleet-operator-detail"
+    ),
+    # the collection plan's registry (issue 30): objects and scenes of a site, calibrations
+    path("objects", api_collection.SiteObjectListCreate.as_view(), name="fleet-object-list"),
+    path(
+        "objects/<uuid:pk>", api_collection.SiteObjectDetail.as_view(), name="fleet-object-detail"
+    ),
+    path("scenes", api_collection.SceneListCreate.as_view(), name="fleet-scene-list"),
+    path("scenes/<uuid:pk>", api_collection.SceneDetail.as_view(), name="fleet-scene-detail"),
+    path(
+        "calibrations",
+        api_collection.CalibrationListCreate.as_view(),
+        name="fleet-calibration-list",
+    ),
+    path(
+        "calibrations/<uuid:pk>",
+        api_collection.CalibrationDetail.as_view(),
+        name="fleet-calibration-detail",
     ),
     path("offers", api.OfferList.as_view(), name="fleet-offer-list"),
     path("offers/<uuid:pk>/accept", api.OfferAccept.as_view(), name="fleet-offer-accept"),

@@ -373,10 +373,12 @@ def order_transition(
     caller: Caller | None = None,
     actor_label: str = "",
     reason: str = "",
+    announce: dict | None = None,
 ) -> Order:
     """The one way an order changes status: lock, check the map, write the event.
 
     Moving to the state the order is already in is a no-op (safe for retried tasks).
+    `announce`: more keyword arguments of the signal the move sends (orders/signals.py).
     """
     if to_status not in Order.Status.values:
         raise ServiceError(f"Unknown order status {to_status!r}.", code=ErrorCode.UNKNOWN_STATUS)
@@ -401,7 +403,7 @@ def order_transition(
             reason=reason,
             **_actor_fields(caller, actor_label),
         )
-        transaction.on_commit(lambda: _announce(order.id, to_status))
+        transaction.on_commit(lambda: _announce(order.id, to_status, announce))
     return order
 
 
@@ -413,10 +415,10 @@ ANNOUNCED = {
 }
 
 
-def _announce(order_id, to_status: str) -> None:
+def _announce(order_id, to_status: str, announce: dict | None = None) -> None:
     signal = ANNOUNCED.get(to_status)
     if signal is not None:
-        signal.send(sender=Order, order_id=order_id)
+        signal.send(sender=Order, order_id=order_id, **(announce or {}))
 
 
 def order_cancel(*, caller: Caller, order_id, reason: str = "") -> Order:
@@ -495,10 +497,18 @@ def order_recollect(*, order_id, actor_label: str, reason: str) -> Order:
     )
 
 
-def order_mark_delivered(*, order_id, actor_label: str, reason: str) -> Order:
-    """The full dataset is ready for the customer."""
+def order_mark_delivered(
+    *, order_id, actor_label: str, reason: str, plan_delivered: dict | None = None
+) -> Order:
+    """The full dataset is ready for the customer. `plan_delivered` (planned orders): the
+    distinct environments and objects delivered, {"environments": n, "objects": m}, passed on
+    to billing with `order_delivered` (the true-up credits a shortfall)."""
     return order_transition(
-        order_id=order_id, to_status=Order.Status.DELIVERED, actor_label=actor_label, reason=reason
+        order_id=order_id,
+        to_status=Order.Status.DELIVERED,
+        actor_label=actor_label,
+        reason=reason,
+        announce={"plan_delivered": plan_delivered} if plan_delivered is not None else None,
     )
 
 

@@ -6,6 +6,8 @@ from django.dispatch import Signal
 # kwargs: order_id
 order_paid = Signal()
 order_cancelled = Signal()
+# kwargs: order_id, and for planned orders (cells_planned) plan_delivered: {"environments": n,
+# "objects": m}, the distinct environments and objects among the accepted episodes delivered
 order_delivered = Signal()
 # kwargs: order_id, job_ids (whose accepted seconds went down: excluded episodes), credit
 # (True: the customer is credited for those hours instead of their re-collection)

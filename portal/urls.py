@@ -11,6 +11,7 @@ from portal.views import (
     disputes,
     exclusions,
     fleet,
+    fleet_collection,
     media,
     operators,
     orders,
@@ -124,6 +125,17 @@ urlpatterns = [
     path("fleet/fleets/<uuid:pk>/robots/new/", fleet.robot_new, name="robot-new-page"),
     path("fleet/sites/<uuid:pk>/edit/", fleet.site_edit, name="site-edit-page"),
     path("fleet/robots/<uuid:pk>/edit/", fleet.robot_edit, name="robot-edit-page"),
+    # the collection plan (issue 30): a site's objects and scenes, a robot's calibrations
+    path(
+        "fleet/sites/<uuid:pk>/collection/",
+        fleet_collection.site_collection,
+        name="site-collection-page",
+    ),
+    path(
+        "fleet/robots/<uuid:pk>/calibrations/",
+        fleet_collection.robot_calibrations,
+        name="robot-calibrations-page",
+    ),
     path("fleet/offers/", fleet.offer_list, name="offer-list-page"),
     path("fleet/offers/<uuid:pk>/accept/", fleet.offer_accept, name="offer-accept-page"),
     path("fleet/offers/<uuid:pk>/decline/", fleet.offer_decline, name="offer-decline-page"),

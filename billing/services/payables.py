@@ -11,7 +11,7 @@ from billing.ledger import post_deduction, post_payable
 from billing.models import BillingFlag, FleetPayable, PayableDeduction
 from billing.services.flags import flag_raise
 from billing.services.payments import succeeded_payment
-from billing.services.refunds import prorata_refund
+from billing.services.refunds import plan_shortfall_credited, prorata_refund
 from fleets.models import Assignment, Job
 from orders.models import Order
 from orders.pricing import MINOR_UNITS, quantize_money
@@ -46,9 +46,13 @@ def allocate(*, total: Decimal, weights: list[Decimal], currency: str) -> list[D
 
 
 def order_earned(order: Order) -> Decimal:
-    """What the customer pays for the accepted hours: the payment minus the true-up refund."""
+    """What the customer pays for the accepted hours: the payment minus the true-up refund
+    (and minus a planned order's credits for environments or objects not delivered: the
+    hours prorate what is left, services/refunds.py)."""
     payment = succeeded_payment(order)
     paid = payment.amount if payment else order.total
+    if payment is not None:
+        paid -= plan_shortfall_credited(order)
     refund = prorata_refund(
         paid=paid,
         currency=order.currency,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from django.db import transaction
+from django.db.models import Sum
 
 from billing import stripe_gateway as gateway
 from billing.error_codes import ErrorCode
@@ -208,7 +209,7 @@ class RefundPlan:
     why: str
 
 
-def _refund_or_flag(*, order: Order, plan: RefundPlan, key: str, reason: str) -> Refund | None:
+def refund_or_flag(*, order: Order, plan: RefundPlan, key: str, reason: str) -> Refund | None:
     if plan.amount <= 0:
         return None
     payment = succeeded_payment(order)
@@ -239,10 +240,22 @@ def _refund_or_flag(*, order: Order, plan: RefundPlan, key: str, reason: str) ->
     )
 
 
+def plan_shortfall_credited(order: Order) -> Decimal:
+    """What the plan shortfall refunds (pending or made) stand for (services/plan_credits.py):
+    the price of units not delivered, taken out of what the hours true-up prorates."""
+    total = (
+        Refund.objects.filter(order=order, reason=Refund.Reason.PLAN_SHORTFALL)
+        .exclude(status=Refund.Status.FAILED)
+        .aggregate(total=Sum("amount"))["total"]
+    )
+    return total or ZERO
+
+
 def order_trueup(*, order_id) -> Refund | None:
     """On delivery: refund, pro rata, the hours ordered that QA did not accept. Delivered
     again (after a re-collection): what order_credit owes instead (a credit granted while the
-    order was being collected again is refunded then)."""
+    order was being collected again is refunded then). A planned order's environments and
+    objects short of the plan are credited first (billing.tasks.order_trueup)."""
     deliveries = OrderEvent.objects.filter(order_id=order_id, to_status=Order.Status.DELIVERED)
     if deliveries.count() > 1:
         return order_credit(order_id=order_id)
@@ -254,19 +267,39 @@ def order_trueup(*, order_id) -> Refund | None:
     )
 
 
-def _unkept_hours_plan(order: Order, *, why: str) -> RefundPlan:
-    """What the hours ordered and not kept are owed, pro rata, less every refund made or
-    pending (the true-up and earlier credits count: a credit after a true-up refunds only the
-    difference). Kept: the accepted time to the second (never less than the accepted hours,
-    which are rounded down to the hundredth)."""
+def plan_credit_room(order: Order, *, shortfall: Decimal) -> Decimal:
+    """How much more may be refunded for the plan once the shortfall credits stand for
+    `shortfall` in all: the shortfall plus the hours not kept of the rest of the price, less
+    every refund made or pending (so a unit found short after an hours refund already gave
+    back part of its fee is credited only the rest)."""
     payment = succeeded_payment(order)
     kept = max(order.accepted_hours, order.accepted_seconds / 3600)
     paid = payment.amount if payment else order.total
     refunded = payment.amount_refunded if payment else ZERO
-    due = prorata_refund(
-        paid=paid, currency=order.currency, hours_ordered=order.hours, hours_kept=kept
+    hours = prorata_refund(
+        paid=max(ZERO, paid - shortfall),
+        currency=order.currency,
+        hours_ordered=order.hours,
+        hours_kept=kept,
     )
-    amount = max(ZERO, min(due - refunded, paid - refunded))
+    return max(ZERO, min(shortfall + hours, paid) - refunded)
+
+
+def _unkept_hours_plan(order: Order, *, why: str) -> RefundPlan:
+    """What the hours ordered and not kept are owed, pro rata, less every refund made or
+    pending (the true-up and earlier credits count: a credit after a true-up refunds only the
+    difference). Kept: the accepted time to the second (never less than the accepted hours,
+    which are rounded down to the hundredth). A plan shortfall credited (environments or
+    objects not delivered) is out of both: the hours prorate what is left of the price."""
+    payment = succeeded_payment(order)
+    kept = max(order.accepted_hours, order.accepted_seconds / 3600)
+    paid = payment.amount if payment else order.total
+    refunded = payment.amount_refunded if payment else ZERO
+    shortfall = plan_shortfall_credited(order) if payment else ZERO
+    due = prorata_refund(
+        paid=paid - shortfall, currency=order.currency, hours_ordered=order.hours, hours_kept=kept
+    )
+    amount = max(ZERO, min(due - (refunded - shortfall), paid - refunded))
     return RefundPlan(amount=amount, hours_kept=kept, why=why)
 
 
@@ -282,7 +315,7 @@ def _unkept_hours_refund(*, order_id, key, reason: str, why) -> Refund | None:
         if payment is not None:
             Payment.objects.select_for_update().filter(pk=payment.pk).first()
         plan = _unkept_hours_plan(order, why=why(order))
-        return _refund_or_flag(order=order, plan=plan, key=key(order), reason=reason)
+        return refund_or_flag(order=order, plan=plan, key=key(order), reason=reason)
 
 
 def order_credit(*, order_id) -> Refund | None:
@@ -339,7 +372,7 @@ def order_cancellation_refund(
         already_refunded=payment.amount_refunded,
     )
     plan = RefundPlan(amount=amount, hours_kept=kept, why=why)
-    return _refund_or_flag(
+    return refund_or_flag(
         order=order, plan=plan, key=f"cancel:{order.id}", reason=Refund.Reason.CANCELLATION
     )
 

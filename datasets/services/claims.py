@@ -28,30 +28,29 @@ from datasets.models import (
     ClaimItem,
     Delivery,
     Episode,
-    EpisodeExclusion,
     ExclusionReason,
     Recollection,
 )
 from datasets.qa_checks import ACTION, STATE
 from datasets.qa_content import check_content
 from datasets.services.allowance import order_allowance
+from datasets.services.claim_grants import SYSTEM, items_grant, record_event
 from datasets.services.delivery_versions import (
     latest_full_delivery,
-    open_next_version,
     require_acceptance_window,
 )
+from datasets.services.disputes import disputes_open
 from datasets.services.downloads import customer_delivery
 from datasets.services.episode_media import column_matrix
-from datasets.services.exclusions import episode_uuids, episodes_exclude
+from datasets.services.exclusions import episode_uuids
 from datasets.services.qa import content_thresholds
-from marketplace.audit import actor_label, system_label
+from marketplace.audit import actor_label
 from marketplace.errors import Conflict, ServiceError, invalid
 from marketplace.models import Membership
 from marketplace.queueing import enqueue_on_commit
 from marketplace.tenancy import Caller
 from orders.models import Order
 
-SYSTEM = system_label("claims")
 Remedy = Claim.Remedy
 MAX_ITEMS = 1000
 MIN_RANGE_SECONDS = Decimal(1)
@@ -132,12 +131,6 @@ def claim_create(*, caller: Caller, delivery_id, remedy: str, items: list, note:
         )
         enqueue_on_commit("datasets.tasks.qa_claim_recheck", claim.id)
     return claim
-
-
-def record_event(claim: Claim, action: str, actor: str, *, dispute=None, note="", data=None):
-    return ClaimEvent.objects.create(
-        claim=claim, dispute=dispute, action=action, actor_label=actor, note=note, data=data or {}
-    )
 
 
 def _text(value, field_name: str, limit: int = 2000) -> str:
@@ -283,8 +276,6 @@ def claim_recheck(*, claim_id) -> Claim:
         .order_by("id")
     )
     verdicts = _verdicts(pending, order_allowance(claim.order).left_seconds)
-    from datasets.services.disputes import disputes_open  # disputes imports this module
-
     with transaction.atomic():
         order = Order.objects.select_for_update().get(pk=claim.order_id)
         claim = Claim.objects.select_for_update().get(pk=claim_id)
@@ -400,34 +391,3 @@ def _episode_arrays(episode: Episode, start, end):
 
 
 # --- Granting --------------------------------------------------------------------------------
-
-
-def items_grant(*, claim: Claim, items: list[ClaimItem], actor: str) -> None:
-    """Exclude the granted episodes with the claim's remedy: not paid to the fleet, and
-    re-collected or credited; a credit on a delivered order gets the next version at once.
-    The caller holds the order's lock."""
-    if not items:
-        return
-    reasons = {str(i.episode_id): (i.reason_code, i.note or claim.note) for i in items}
-    first = items[0]
-    result = episodes_exclude(
-        order_id=claim.order_id,
-        staff_label=actor,
-        episode_ids=list(reasons),
-        reason_code=first.reason_code,
-        note=first.note or claim.note,
-        scope=EpisodeExclusion.Scope.ACCEPTANCE,
-        remedy=claim.remedy,
-        reasons=reasons,
-        against_allowance=True,
-    )
-    for item in items:
-        item.status = ClaimItem.Status.GRANTED
-    ClaimItem.objects.bulk_update(items, ["status"])
-    delivered = result.order.status == Order.Status.DELIVERED
-    if claim.remedy == Remedy.CREDIT and result.excluded and delivered:
-        open_next_version(
-            order_id=result.order.id,
-            kind=Delivery.Kind.FULL,
-            reason=f"{len(result.excluded)} delivered episodes credited (claim {claim.id}).",
-        )

@@ -25,6 +25,7 @@ from datasets.models import (
     ExclusionReason,
 )
 from datasets.packaging import (
+    CALIBRATIONS_PATH,
     DatasetCardFacts,
     Provenance,
     QualityFacts,
@@ -35,6 +36,7 @@ from datasets.packaging import (
 from datasets.services.delivery_versions import DeliveryFilters
 from datasets.services.downloads import customer_delivery
 from datasets.services.exclusions import episodes_exclude
+from datasets.services.plan_delivery import PlanFacts, delivered_plan
 from fleets.services.planning import order_release_remaining
 from marketplace.audit import actor_label, system_label
 from marketplace.errors import Conflict, invalid
@@ -54,7 +56,7 @@ def _delivery_episodes(delivery: Delivery):
     if delivery.kind == Delivery.Kind.PILOT:
         episodes = episodes.filter(job__is_pilot=True)
     episodes = DeliveryFilters.of(delivery).apply(episodes)
-    episodes = episodes.select_related("site", "fleet").order_by("decided_at", "id")
+    episodes = episodes.select_related("site", "fleet", "scene").order_by("decided_at", "id")
     if (delivery.order.stream_spec or {}).get("cameras"):
         episodes = episodes.prefetch_related("videos")
     return episodes
@@ -84,7 +86,9 @@ class Streams:
         )
 
 
-def _write_dataset(root: Path, delivery: Delivery, episodes, fps: int, streams: Streams):
+def _write_dataset(
+    root: Path, delivery: Delivery, episodes, fps: int, streams: Streams, plan: PlanFacts
+):
     """The LeRobot v3.0 dataset under root: (writer, the cameras' summaries)."""
     writer = LeRobotWriter(
         root=root,
@@ -110,7 +114,7 @@ def _write_dataset(root: Path, delivery: Delivery, episodes, fps: int, streams: 
             record = writer.add_episode(
                 storage.RangeReader(episode.stored_key, size=episode.size_bytes),
                 task=episode.task_instruction,
-                extra=curation_columns(episode),
+                extra=curation_columns(episode) | plan.columns(episode),
             )
             if videos is not None:
                 record.extra.update(_episode_videos(videos, episode, record.length))
@@ -233,12 +237,14 @@ def delivery_assemble(*, delivery_id) -> Delivery:
         )
     fps = fps_values.pop()
     streams = Streams.of(delivery.order)
+    plan = PlanFacts.of(delivery.order, episodes)
     with tempfile.TemporaryDirectory(prefix="delivery-") as tmp:
         root = Path(tmp)
         try:
-            writer, cameras = _write_dataset(root, delivery, episodes, fps, streams)
+            writer, cameras = _write_dataset(root, delivery, episodes, fps, streams, plan)
         except VideoAssemblyError as exc:
             return _delivery_fail(delivery, f"A camera video cannot be delivered: {exc}")
+        has_calibrations = plan.write_calibrations(root)
         facts = _card_facts(delivery, episodes, writer.total_frames, fps)
         facts = replace(
             facts,
@@ -251,6 +257,8 @@ def delivery_assemble(*, delivery_id) -> Delivery:
             ),
             version=delivery.version,
             filters=dict(delivery.filters or {}),
+            plan=plan.grid,
+            calibrations=plan.card_calibrations(),
         )
         extra = {"order": str(delivery.order_id), "delivery": str(delivery.id)}
         extra["kind"] = delivery.kind
@@ -261,6 +269,20 @@ def delivery_assemble(*, delivery_id) -> Delivery:
             extra["filters"] = delivery.filters
         if cameras:
             extra["videos"] = cameras
+        if has_calibrations:
+            extra["calibrations"] = {"path": CALIBRATIONS_PATH, "count": len(plan.calibrations)}
+        if plan.grid is not None:
+            extra["plan"] = {
+                "environment_unit": plan.grid.unit,
+                "environments": {
+                    "planned": plan.grid.environments_planned,
+                    "delivered": plan.grid.delivered.environments,
+                },
+                "distinct_objects": {
+                    "planned": plan.grid.objects_planned,
+                    "delivered": plan.grid.delivered.objects,
+                },
+            }
         manifest = write_delivery_files(root, facts, extra=extra)
         upload_tree(root, delivery.prefix)
         manifest_size = (root / "manifest.json").stat().st_size
@@ -346,10 +368,14 @@ def _delivery_ready(
         delivery.seconds = sum((e.duration_seconds for e in episodes), Decimal(0))
         delivery.save()
         if delivery.kind == Delivery.Kind.FULL:
+            # Planned orders tell billing the distinct environments and objects delivered
+            # (the true-up credits those short of the plan).
+            order = delivery.order
             order_mark_delivered(
                 order_id=delivery.order_id,
                 actor_label=SYSTEM,
                 reason=f"Dataset delivered: {delivery.episodes} episodes, {delivery.seconds} s.",
+                plan_delivered=delivered_plan(order).as_json() if order.cells_planned else None,
             )
         enqueue_on_commit("datasets.tasks.delivery_notify", delivery.id)
         _webhook_record(delivery)

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from datasets.error_codes import ErrorCode
 from datasets.models import DISPUTE_TRANSITIONS, Claim, ClaimEvent, ClaimItem, Dispute
-from datasets.services.claims import SYSTEM, items_grant, record_event
+from datasets.services.claim_grants import SYSTEM, items_grant, record_event
 from datasets.services.exclusions import episode_uuids
 from fleets.models import Fleet
 from fleets.services.webhooks import webhook_enqueue

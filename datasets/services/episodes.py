@@ -18,6 +18,11 @@ from datasets.qa_checks import Reason
 from datasets.services import episode_files
 from datasets.services.episode_files import SHA256_HEX, UploadInstructions, VideoDeclaration
 from fleets.models import Job, Robot
+from fleets.services.collection import (
+    calibrations_for_episode,
+    order_camera_names,
+    scene_for_episode,
+)
 from fleets.services.jobs import job_report_progress
 from fleets.services.operators import operator_for_episode
 from marketplace.errors import Conflict, NotFound, ServiceUnavailable, invalid
@@ -40,7 +45,14 @@ class EpisodeRegistration:
     size_bytes: int
     sha256: str
     frames: int  # rows of the parquet file: QA checks it, the job's free time is counted by it
+    # In the order the fleet sent them (duplicates dropped): the first is the object whose
+    # (environment, object) cell the episode counts in (issue 30).
     objects_handled: tuple[str, ...] = ()
+    # The name of an active scene of the site (None: no scene named).
+    scene: str | None = None
+    # (camera, calibration id) pairs the fleet names; the order's other cameras get the
+    # calibration in force (fleets.services.collection.calibrations_for_episode).
+    camera_calibrations: tuple[tuple[str, str], ...] = ()
     # One per camera of the order's stream spec (none for an order without cameras).
     videos: tuple[VideoDeclaration, ...] = ()
     # SHA-256 (hex) of each EPISODE_MULTIPART_PART_BYTES part, for a file uploaded in parts:
@@ -130,6 +142,12 @@ def episode_register(
     if robot.embodiment_id != job.embodiment_id:
         raise invalid("robot", "This robot's embodiment is not the one the order asks for.")
     registered = operator_for_episode(fleet_id=job.fleet_id, pseudonym=registration.operator)
+    scene = scene_for_episode(site_id=job.site_id, name=registration.scene)
+    camera_calibrations = calibrations_for_episode(
+        robot_id=robot.id,
+        cameras=order_camera_names(job.order.stream_spec),
+        given=dict(registration.camera_calibrations),
+    )
     with transaction.atomic():
         # Registering is also a heartbeat: the job is being worked on. It locks the job, so
         # two registrations at once count each other's time.
@@ -145,7 +163,9 @@ def episode_register(
             registered_operator=registered,
             task_instruction=registration.task_instruction.strip(),
             success=registration.success,
-            objects_handled=sorted(set(registration.objects_handled)),
+            objects_handled=list(dict.fromkeys(registration.objects_handled)),
+            scene=scene,
+            camera_calibrations=camera_calibrations,
             fps=registration.fps,
             size_bytes=registration.size_bytes,
             sha256=registration.sha256,

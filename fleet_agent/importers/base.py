@@ -49,6 +49,12 @@ class Recording:
     task_instruction: str | None = None
     operator: str | None = None
     success: bool | None = None
+    # What the recording says about the collection plan (an episode folder's sidecar): its
+    # scene's name, the objects handled (the first one's cell counts it), {camera name:
+    # calibration id}. The mapping's `[[recordings]]` rules override them, its defaults fill in.
+    scene: str | None = None
+    objects: tuple[str, ...] | None = None
+    calibrations: dict[str, str] = field(default_factory=dict)
     # camera key -> "remux" (the recording's packets copied, frames exact) or "encode"
     # (decoded and encoded again in source.video_codec, or encoded from raw frames)
     video_modes: dict[str, str] = field(default_factory=dict)

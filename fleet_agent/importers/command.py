@@ -81,6 +81,9 @@ def main(argv: list[str]) -> int:
     except (JournalBusy, JournalMismatch) as exc:
         print(f"fleet-agent: {exc}", file=sys.stderr)
         return 2
+    except MappingError as exc:  # what the mapping names does not fit the job
+        print(f"fleet-agent: {args.mapping}: {exc}", file=sys.stderr)
+        return 2
     except ImportStopped as exc:
         print(f"fleet-agent: stopped: {exc}", file=sys.stderr)
         return 1

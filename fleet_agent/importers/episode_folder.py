@@ -4,7 +4,8 @@
       pick_001.parquet          the episode (README, "Episode file format")
       pick_001.wrist.mp4        one MP4 per camera: camera key observation.images.wrist
       pick_001.scene.mp4
-      pick_001.json             optional: {"operator", "task_instruction", "success", "fps"}
+      pick_001.json             optional: {"operator", "task_instruction", "success", "fps",
+                                "scene", "objects", "calibrations": {camera: id}}
 
 A recording is a `<name>.parquet`; its cameras are the `<name>.<camera>.mp4` files next to
 it (`<camera>` without dots), its source id is `<name>`. The frame rate is the sidecar's
@@ -29,13 +30,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from fleet_agent.calibration import unknown_keys_message
 from fleet_agent.episodes import Episode
 from fleet_agent.importers.base import Recording, RecordingError, reader
-from fleet_agent.importers.mapping import ImportMapping
+from fleet_agent.importers.mapping import ImportMapping, MappingError, parse_mapping
 from fleet_agent.importers.sources import SourceRoot
 
 CAMERA_PREFIX = "observation.images."
-SIDECAR_KEYS = {"operator", "task_instruction", "success", "fps"}
+SIDECAR_KEYS = {
+    "operator",
+    "task_instruction",
+    "success",
+    "fps",
+    "scene",
+    "objects",
+    "calibrations",
+}
 
 
 @reader("episode-folder", skips=True)
@@ -45,9 +55,11 @@ def read_episode_folder(
     if not source.is_dir():
         raise RecordingError(f"{source}: not a folder (format episode-folder reads a folder)")
     options = mapping.source
-    unknown = set(options) - {"fps", "recursive"}
+    unknown = sorted(set(options) - {"fps", "recursive"})
     if unknown:
-        raise RecordingError(f"[source] {sorted(unknown)[0]}: unknown option for episode-folder")
+        raise RecordingError(
+            f"[source] {unknown[0]}: unknown option for episode-folder (known: fps, recursive)"
+        )
     fps = options.get("fps")
     if fps is not None and (not isinstance(fps, int) or isinstance(fps, bool) or fps < 1):
         raise RecordingError("[source] fps: a whole number of frames per second >= 1")
@@ -109,6 +121,9 @@ def read_one(
         task_instruction=meta.get("task_instruction"),
         operator=meta.get("operator"),
         success=meta.get("success"),
+        scene=meta.get("scene"),
+        objects=tuple(meta["objects"]) if "objects" in meta else None,
+        calibrations=dict(meta.get("calibrations") or {}),
         files=(parquet, *videos.values(), *([sidecar] if sidecar else [])),
     )
 
@@ -122,7 +137,23 @@ def _sidecar(path: Path, name: str) -> dict:
         raise RecordingError(f"{name}: a JSON object is expected")
     unknown = set(meta) - SIDECAR_KEYS
     if unknown:
-        raise RecordingError(f"{name}: unknown key {sorted(unknown)[0]!r}")
+        raise RecordingError(unknown_keys_message(name, sorted(unknown), SIDECAR_KEYS))
+    calibrations = meta.get("calibrations", {})
+    if not isinstance(calibrations, dict) or not all(
+        isinstance(v, str) for v in calibrations.values()
+    ):  # a file named by a recording is never read: files go in the mapping
+        raise RecordingError(f"{name}: calibrations: {{camera name: calibration id}}")
+    try:  # the plan's keys, as a mapping's [[recordings]] rule takes them
+        plan = parse_mapping(
+            {"job": "-", "format": "episode-folder"}
+            | {k: meta[k] for k in ("scene", "objects") if k in meta}
+            | ({"calibrations": meta["calibrations"]} if "calibrations" in meta else {})
+        )
+    except MappingError as exc:
+        raise RecordingError(f"{name}: {exc}") from None
+    meta = {**meta, "calibrations": {k: ref.id for k, ref in plan.calibrations.items()}}
+    if plan.objects is not None:
+        meta["objects"] = plan.objects
     for key in ("operator", "task_instruction"):
         if key in meta and not isinstance(meta[key], str):
             raise RecordingError(f"{name}: {key} must be a string")

@@ -37,10 +37,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from fleet_agent import uploads
+from fleet_agent.calibration import same_calibration
 from fleet_agent.client import ApiClient, ApiError, TransientError
 from fleet_agent.importers.base import Recording, RecordingError, read_recordings
 from fleet_agent.importers.journal import COMPLETED, Journal, idempotency_key
-from fleet_agent.importers.mapping import ImportMapping
+from fleet_agent.importers.mapping import CAMERA_PREFIX, ImportMapping, MappingError
 
 OPERATOR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 PARQUET = "parquet"
@@ -120,12 +121,14 @@ class ImportSummary:
 
 @dataclass(frozen=True)
 class Target:
-    """The job the mapping names, as the platform shows it, the robot recording it, and the
-    catalog's entry for its embodiment (None if the catalog no longer lists it)."""
+    """The job the mapping names, as the platform shows it, the robot recording it, the
+    catalog's entry for its embodiment (None if the catalog no longer lists it), and the
+    id of each calibration the mapping names (a file's once registered)."""
 
     job: dict
     robot_id: str
     embodiment: dict | None = None
+    calibration_ids: dict = field(default_factory=dict)  # CalibrationRef -> id
 
     @property
     def job_id(self) -> str:
@@ -162,7 +165,82 @@ def resolve_target(client: ApiClient, mapping: ImportMapping) -> Target:
     embodiment = client.embodiments().get(job["embodiment"])
     if embodiment is None:
         log.warning("job %s: embodiment %s is not in the catalog", job["id"], job["embodiment"])
-    return Target(job=job, robot_id=robots[0]["id"], embodiment=embodiment)
+    robot_id = robots[0]["id"]
+    check_scenes(client, mapping, job)
+    calibration_ids = resolve_calibrations(client, mapping, job, robot_id)
+    return Target(
+        job=job, robot_id=robot_id, embodiment=embodiment, calibration_ids=calibration_ids
+    )
+
+
+def camera_names(job: dict) -> list[str]:
+    """The job's cameras by name (`wrist` for observation.images.wrist)."""
+    return [
+        camera.get("name") or camera["key"].removeprefix(CAMERA_PREFIX)
+        for camera in uploads.cameras_of(job)
+    ]
+
+
+def check_scenes(client: ApiClient, mapping: ImportMapping, job: dict) -> None:
+    """Every scene the mapping names is an active scene of the job's site (MappingError)."""
+    wanted = {mapping.scene} | {
+        r.values["scene"] for r in mapping.recordings if "scene" in r.values
+    }
+    wanted.discard(None)
+    if not wanted:
+        return
+    try:
+        scenes = client.scenes(job["site"])
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        raise MappingError("scene: this platform has no scenes (GET fleet/scenes: 404)") from None
+    known = sorted(s["name"] for s in scenes if s.get("active", True))
+    unknown = sorted(wanted - set(known))
+    if unknown:
+        raise MappingError(
+            f"scene {unknown[0]!r} is not an active scene of the job's site"
+            f" (its scenes: {', '.join(known) or 'none registered'})"
+        )
+
+
+def resolve_calibrations(client: ApiClient, mapping: ImportMapping, job: dict, robot_id: str):
+    """The id of each calibration the mapping names: an id is checked to be the robot's for
+    that camera; a file is registered for the robot unless the robot has it already (the
+    same values), so a re-run registers nothing twice. MappingError on a camera the job does
+    not record or a calibration of another robot or camera."""
+    refs = mapping.calibration_refs()
+    cameras = camera_names(job)
+    ids = {}
+    for camera, ref in refs:
+        if camera not in cameras:
+            raise MappingError(
+                f"calibrations.{camera}: the job records no camera {camera!r}"
+                f" (its cameras: {', '.join(cameras) or 'none'})"
+            )
+        if ref.id is not None:
+            try:
+                found = client.calibration(ref.id)
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                raise MappingError(f"calibrations.{camera}: no calibration {ref.id}") from None
+            if found.get("robot") != robot_id or found.get("camera") != camera:
+                raise MappingError(
+                    f"calibrations.{camera}: calibration {ref.id} is of camera"
+                    f" {found.get('camera')!r} of robot {found.get('robot')}, not of camera"
+                    f" {camera!r} of the recording robot {robot_id}"
+                )
+            ids[ref] = ref.id
+            continue
+        body = {k: v for k, v in ref.body.items() if k != "camera"}
+        existing = client.calibrations(robot=robot_id, camera=camera)
+        same = next((c for c in existing if same_calibration(c, body)), None)
+        if same is None:
+            same = client.create_calibration({"robot": robot_id, "camera": camera, **body})
+            log.info("registered %s for camera %s: %s", ref.describe(), camera, same["id"])
+        ids[ref] = same["id"]
+    return ids
 
 
 # Readers that encode camera frames: unless the mapping says, they encode (or keep) the codec
@@ -246,14 +324,28 @@ def registration_body(mapping: ImportMapping, target: Target, recording: Recordi
     """What registers the recording; the same recording always gives the same body (the
     Idempotency-Key's replay needs it)."""
     episode = recording.episode
-    operator = recording.operator or mapping.operator
+    operator = mapping.overrides(recording.source_id).get("operator")
+    operator = operator or recording.operator or mapping.operator
     if not operator:
         raise RecordingError("no operator: set operator in the mapping (or the recording's)")
     if not OPERATOR.match(operator):
         raise RecordingError(f"operator {operator!r}: 1-64 letters, digits, '.', '_' or '-'")
-    task = recording.task_instruction or mapping.task_instruction
+    rules = mapping.overrides(recording.source_id)
+    task = rules.get("task_instruction") or recording.task_instruction or mapping.task_instruction
     task = task or target.job.get("task_type", "").replace("-", " ")
-    success = recording.success if recording.success is not None else mapping.success
+    success = _first(rules.get("success"), recording.success, mapping.success)
+    scene = _first(rules.get("scene"), recording.scene, mapping.scene)
+    objects = _first(rules.get("objects"), recording.objects, mapping.objects) or ()
+    calibrations = {
+        camera: target.calibration_ids[ref] for camera, ref in mapping.calibrations.items()
+    }
+    calibrations |= recording.calibrations
+    calibrations |= {
+        camera: target.calibration_ids[ref] for camera, ref in rules.get("calibrations", {}).items()
+    }
+    plan = {"scene": scene} if scene else {}
+    if calibrations:
+        plan["camera_calibrations"] = dict(sorted(calibrations.items()))
     return {
         "site": target.job["site"],
         "robot": target.robot_id,
@@ -264,9 +356,15 @@ def registration_body(mapping: ImportMapping, target: Target, recording: Recordi
         "size_bytes": episode.size_bytes,
         "sha256": episode.sha256,
         "frames": episode.frames,
-        "objects_handled": [],
+        "objects_handled": list(objects),
+        **plan,
         "videos": uploads.declarations(videos_of(target, recording)),
     }
+
+
+def _first(*values):
+    """The first value that is set (not None): a rule's, the recording's, the default."""
+    return next((value for value in values if value is not None), None)
 
 
 def videos_of(target: Target, recording: Recording) -> dict[str, bytes]:

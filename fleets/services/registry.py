@@ -10,6 +10,7 @@ from django.utils import timezone
 from fleets.currencies import fleet_pay_problems
 from fleets.error_codes import ErrorCode
 from fleets.models import EndEffector, Fleet, Robot, Site, SiteKind, new_webhook_secret
+from fleets.services.collection import CONTROL, NAME_MAX, site_objects_sync
 from marketplace import outbound_webhooks
 from marketplace.errors import NotFound, ServiceError, invalid
 from marketplace.models import Organization
@@ -144,6 +145,11 @@ def _clean_objects(objects) -> list[str]:
     cleaned = sorted({o.strip() for o in objects if o.strip()})
     if len(cleaned) > 500:
         raise invalid("objects_available", "At most 500 objects.")
+    if any(len(name) > NAME_MAX or CONTROL.search(name) for name in cleaned):
+        raise invalid(
+            "objects_available",
+            f"Object names of at most {NAME_MAX} characters, without control characters.",
+        )
     return cleaned
 
 
@@ -165,14 +171,18 @@ def site_create(
     fleet = Fleet.objects.filter(pk=fleet_id, organization=organization).first()
     if fleet is None:
         raise NotFound("Fleet not found.", fields={"fleet": ["Fleet not found."]})
-    return Site.objects.create(
-        fleet=fleet,
-        name=name.strip(),
-        kind=kind,
-        description=description,
-        objects_available=objects,
-        active=active,
-    )
+    with transaction.atomic():
+        site = Site.objects.create(
+            fleet=fleet,
+            name=name.strip(),
+            kind=kind,
+            description=description,
+            objects_available=objects,
+            active=active,
+        )
+        # the names become registered objects (fleets/services/collection.py)
+        site_objects_sync(site=site, names=objects)
+    return site
 
 
 def site_update(*, organization: Organization, site_id, changes: dict) -> Site:
@@ -199,6 +209,8 @@ def site_update(*, organization: Organization, site_id, changes: dict) -> Site:
         for name, value in changes.items():
             setattr(site, name, value)
         site.save()
+        if "objects_available" in changes:  # new names become registered objects; none deleted
+            site_objects_sync(site=site, names=changes["objects_available"])
     return site
 
 

@@ -261,6 +261,30 @@ def test_list_and_accept_an_offer(fleet_operator, customer, site):
     assert again.json()["code"] == "offer_not_pending"
 
 
+def test_a_job_tells_the_fleet_its_orders_collection_plan(fleet_operator, customer, site):
+    offer = offered_job(customer, site)
+    Order.objects.filter(pk=offer.job.order_id).update(
+        cells_planned=True,
+        environment_unit="scene",
+        objects_per_environment=3,
+        distinct_objects=5,
+        object_categories=["mug", "bowl"],
+        calibrated_cameras=True,
+    )
+    # when
+    listed = fleet_operator.client.get("/api/v1/fleet/offers").json()["results"]
+    # then: what the agent needs to fill the cells and pass the plan's QA
+    assert listed[0]["job"]["plan"] == {
+        "cells_planned": True,
+        "environment_unit": "scene",
+        "objects_per_environment": 3,
+        "distinct_objects": 5,
+        "object_categories": ["mug", "bowl"],
+        "calibrated_cameras": True,
+        "cell_max_share_percent": "150.00",
+    }
+
+
 def test_accepting_an_expired_offer_is_409_and_changes_nothing(fleet_operator, customer, site):
     offer = offered_job(customer, site, expires_in=-timedelta(seconds=1))
     before = snapshot()

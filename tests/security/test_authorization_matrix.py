@@ -131,6 +131,31 @@ def _episode(world, tenant):
     }
 
 
+def _site_object(world, tenant):
+    return {"site": str(tenant.objects["site"]), "name": "matrix cup"}
+
+
+def _scene(world, tenant):
+    return {"site": str(tenant.objects["site"]), "name": "matrix scene 2"}
+
+
+def _calibration(world, tenant):
+    return {
+        "robot": str(tenant.objects["robot"]),
+        "camera": "wrist",
+        "calibrated_at": timezone.now() - timedelta(hours=1),
+        "width": 640,
+        "height": 480,
+        "fx": 600.0,
+        "fy": 600.0,
+        "cx": 320.0,
+        "cy": 240.0,
+        "distortion_model": "none",
+        "distortion_coefficients": [],
+        "extrinsics": [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]],
+    }
+
+
 NEW_FLEET = {"name": "New fleet", "weekly_capacity_hours": "10", "payout_rate_per_hour": "5"}
 RENAME = {"name": "Renamed by the matrix"}
 V1 = "/api/v1"
@@ -246,6 +271,18 @@ API = {
         FLEET, "operator", CAN_WORK, {"skill_notes": "x"}
     ),
     (f"{V1}/fleet/operator-figures", "get"): Rule(FLEET),
+    # the collection plan's registry (issue 30)
+    (f"{V1}/fleet/objects", "get"): Rule(FLEET),
+    (f"{V1}/fleet/objects", "post"): Rule(FLEET, roles=CAN_WORK, body=_site_object),
+    (f"{V1}/fleet/objects/{{id}}", "get"): Rule(FLEET, "site_object"),
+    (f"{V1}/fleet/objects/{{id}}", "patch"): Rule(FLEET, "site_object", CAN_WORK, {"notes": "x"}),
+    (f"{V1}/fleet/scenes", "get"): Rule(FLEET),
+    (f"{V1}/fleet/scenes", "post"): Rule(FLEET, roles=CAN_WORK, body=_scene),
+    (f"{V1}/fleet/scenes/{{id}}", "get"): Rule(FLEET, "scene"),
+    (f"{V1}/fleet/scenes/{{id}}", "patch"): Rule(FLEET, "scene", CAN_WORK, {"notes": "x"}),
+    (f"{V1}/fleet/calibrations", "get"): Rule(FLEET),
+    (f"{V1}/fleet/calibrations", "post"): Rule(FLEET, roles=CAN_WORK, body=_calibration),
+    (f"{V1}/fleet/calibrations/{{id}}", "get"): Rule(FLEET, "calibration"),
     (f"{V1}/fleet/offers", "get"): Rule(FLEET),
     (f"{V1}/fleet/offers/{{id}}/accept", "post"): Rule(FLEET, "offer", CAN_WORK),
     (f"{V1}/fleet/offers/{{id}}/decline", "post"): Rule(FLEET, "offer", CAN_WORK, {"reason": "x"}),
@@ -706,6 +743,21 @@ FOREIGN_REFERENCES = {
         "post",
         lambda w: f"{V1}/fleet/jobs/{w.open_job_id}/bids",
         lambda w: _bid(w, w.tenant("Y")),
+    ),
+    "object at another operator's site": (
+        "post",
+        lambda w: f"{V1}/fleet/objects",
+        lambda w: _site_object(w, w.tenant("Y")),
+    ),
+    "scene at another operator's site": (
+        "post",
+        lambda w: f"{V1}/fleet/scenes",
+        lambda w: _scene(w, w.tenant("Y")),
+    ),
+    "calibration of another operator's robot": (
+        "post",
+        lambda w: f"{V1}/fleet/calibrations",
+        lambda w: _calibration(w, w.tenant("Y")),
     ),
     "episode from another operator's site and robot": (
         "post",

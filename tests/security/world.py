@@ -17,7 +17,15 @@ from rest_framework.test import APIClient
 
 from billing.models import Payment
 from datasets.models import Claim, ClaimItem, Delivery, DeliveryFile, Dispute, Episode
-from fleets.models import Job, JobEvent, Operator, WebhookDelivery
+from fleets.models import (
+    CameraCalibration,
+    Job,
+    JobEvent,
+    Operator,
+    Scene,
+    SiteObject,
+    WebhookDelivery,
+)
 from marketplace import services as account_services
 from marketplace.models import Membership, Organization
 from orders import services as order_services
@@ -162,6 +170,25 @@ def _fleet_objects(tenant: Tenant, customer: Tenant) -> None:
     )
     # a registered operator (issue 16), the one the matrix's episode registrations name
     operator = Operator.objects.create(fleet=fleet, pseudonym="op-matrix", site=site)
+    # the collection plan's registry (issue 30)
+    site_object = SiteObject.objects.create(fleet=fleet, site=site, name="matrix bin")
+    scene = Scene.objects.create(
+        fleet=fleet, site=site, name="matrix scene", arranged_at=timezone.now()
+    )
+    calibration = CameraCalibration.objects.create(
+        fleet=fleet,
+        robot=robot,
+        camera="scene",
+        calibrated_at=timezone.now(),
+        width=640,
+        height=480,
+        fx=600,
+        fy=600,
+        cx=320,
+        cy=240,
+        distortion_model="none",
+        extrinsics=[[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]],
+    )
     offered, offer = offered_job(site, customer_org=customer.organization, sequence=1)
     webhook = WebhookDelivery.objects.create(
         fleet=fleet,
@@ -179,6 +206,9 @@ def _fleet_objects(tenant: Tenant, customer: Tenant) -> None:
         offer=offer.id,
         webhook_delivery=webhook.id,
         operator=operator.id,
+        site_object=site_object.id,
+        scene=scene.id,
+        calibration=calibration.id,
     )
     dispute = _claim_and_dispute(customer, order, episode, fleet)
     tenant.objects["dispute"] = dispute.id

@@ -58,6 +58,8 @@ FLEET_PAGES = {
     "site-edit-page": "site",
     "robot-new-page": "fleet",
     "robot-edit-page": "robot",
+    "site-collection-page": "site",  # objects and scenes (issue 30)
+    "robot-calibrations-page": "robot",  # camera calibrations (issue 30)
     "offer-list-page": None,
     "job-list-page": None,
     "fleet-operators-page": None,  # the fleet's operators and their figures (issue 16)

@@ -66,11 +66,16 @@ class Command(BaseCommand):
             env.update(local_s3.settings())
         children: list[subprocess.Popen] = []
         stopping = False
+        playing_demo = False
         return_code = 0
 
         def stop(*_):
             nonlocal stopping
             stopping = True
+            # The demo's waits (web server, fleets, delivery) would otherwise run to their
+            # timeout before the flag is looked at: Ctrl-C must stop everything now.
+            if playing_demo:
+                raise DemoInterrupted
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
@@ -85,13 +90,20 @@ class Command(BaseCommand):
             )
             if demo:
                 os.environ.update({k: v for k, v in env.items() if k.startswith(("S3_", "AWS_"))})
-                code = self._demo(
-                    f"http://{host}:{port}",
-                    children,
-                    once=once,
-                    defect_rate=defect_rate,
-                    timeout=timeout,
-                )
+                playing_demo = True
+                try:
+                    code = self._demo(
+                        f"http://{host}:{port}",
+                        children,
+                        once=once,
+                        defect_rate=defect_rate,
+                        timeout=timeout,
+                    )
+                except DemoInterrupted:
+                    self.stderr.write("demo: interrupted; stopping everything")
+                    code, once = 130, True
+                finally:
+                    playing_demo = False
                 if once:
                     return_code = code
                     stopping = True
@@ -220,6 +232,10 @@ class Command(BaseCommand):
             endpoint.rstrip("/") == f"http://127.0.0.1:{LOCAL_S3_PORT}"
             and "S3_ENDPOINT_URL" not in os.environ
         )
+
+
+class DemoInterrupted(Exception):
+    """SIGINT or SIGTERM while the demo plays (raised by the signal handler)."""
 
 
 def _wait_http(url: str, seconds: float) -> bool:
