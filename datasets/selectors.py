@@ -1,12 +1,12 @@
 """Reads: coverage of an order against what was ordered, and per-operator figures."""
 
-import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.db.models import Avg, Count, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import Avg, Count, Min, OuterRef, Q, QuerySet, Subquery, Sum
 
+from datasets.delivery_plan import pseudonyms
 from datasets.models import Delivery, Episode
 from fleets.models import Job, OrderCell
 from marketplace.models import Organization
@@ -90,21 +90,38 @@ def order_coverage(*, order: Order) -> Coverage:
     )
 
 
-def site_pseudonym(site_id) -> str:
-    """A site as customers see it in the plan's grid: stable, not its fleet's name for it."""
-    return "site-" + hashlib.sha256(str(site_id).encode()).hexdigest()[:8]
+def site_labels(order: Order) -> dict:
+    """site id -> the order's pseudonym of it ("site-01", ...), numbered by each site's first
+    acceptance, as the delivery labels them (datasets/services/plan_delivery.py): the grid and
+    the dataset call a site by the same name, never its fleet's name for it."""
+    rows = (
+        Episode.objects.filter(
+            order=order, status__in=[Episode.Status.ACCEPTED, Episode.Status.EXCLUDED]
+        )
+        .values("site_id")
+        .annotate(first=Min("decided_at"))
+        .order_by("first", "site_id")
+    )
+    return pseudonyms((row["site_id"] for row in rows), "site")
 
 
 def order_cells(*, order: Order) -> list[dict]:
     """The plan's (environment, object) cells of an order planned by cell ([] otherwise), in
     grid order: where each environment is (site pseudonym, scene name once bound), its object
     once bound, accepted episodes and seconds against the target and the share bounds, and
-    its state: "short" below the minimum share, "full" at the maximum, else "ok". One query."""
+    its state: "short" below the minimum share, "full" at the maximum, else "ok". Two
+    queries."""
     if not order.cells_planned:
         return []
     low, high = order.cell_min_share_percent / 100, order.cell_max_share_percent / 100
     rows = []
+    labels = None
     for cell in OrderCell.objects.filter(order=order).select_related("scene", "site_object"):
+        if cell.site_id is not None:
+            labels = site_labels(order) if labels is None else labels
+            # bound without an acceptance left (all excluded since): numbered after, as the
+            # delivery does
+            labels.setdefault(cell.site_id, f"site-{len(labels) + 1:02d}")
         minimum = (cell.target_seconds * low).quantize(Decimal("0.001"))
         maximum = (cell.target_seconds * high).quantize(Decimal("0.001"))
         accepted = cell.accepted_seconds
@@ -112,7 +129,7 @@ def order_cells(*, order: Order) -> list[dict]:
             {
                 "environment_index": cell.environment_index,
                 "object_slot": cell.object_slot,
-                "site": site_pseudonym(cell.site_id) if cell.site_id else None,
+                "site": labels[cell.site_id] if cell.site_id else None,
                 "scene": cell.scene.name if cell.scene_id else None,
                 "object": cell.site_object.name if cell.site_object_id else None,
                 "target_seconds": cell.target_seconds,

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("fleets", "0007_collection_plan"),
+        ("fleets", "0008_site_objects_from_names"),
     ]
 
     operations = [
