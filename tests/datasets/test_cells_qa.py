@@ -367,6 +367,10 @@ def test_a_short_cell_gets_one_job_collecting_its_shortfall(
     assert shortfall.original_fleet_id == env0.site.fleet_id
     order.refresh_from_db()
     assert order.status == Order.Status.IN_COLLECTION
+    # and: it was offered to the environment's site's fleet, naming the object to collect
+    offers = fleet_operator.client.get("/api/v1/fleet/offers").json()["results"]
+    offered = [o["job"] for o in offers if o["job"]["id"] == str(shortfall.id)]
+    assert [job["plan"]["shortfall"] for job in offered] == [{"object_slot": 1, "object": "cup"}]
     # when: the check runs again
     with transaction.atomic():
         locked = Order.objects.select_for_update().get(pk=order.pk)
