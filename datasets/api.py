@@ -410,6 +410,22 @@ class OperatorFiguresSerializer(serializers.Serializer):
     )
 
 
+class CellCoverageSerializer(serializers.Serializer):
+    """One (environment, object) cell of an order planned by cell (issue 30)."""
+
+    environment_index = serializers.IntegerField()
+    object_slot = serializers.IntegerField()
+    site = serializers.CharField(allow_null=True, help_text="The bound site's pseudonym.")
+    scene = serializers.CharField(allow_null=True, help_text="The bound scene's name.")
+    object = serializers.CharField(allow_null=True, help_text="The bound object's name.")
+    target_seconds = serializers.DecimalField(max_digits=14, decimal_places=3)
+    minimum_seconds = serializers.DecimalField(max_digits=14, decimal_places=3)
+    maximum_seconds = serializers.DecimalField(max_digits=14, decimal_places=3)
+    accepted_seconds = serializers.DecimalField(max_digits=14, decimal_places=3)
+    accepted_episodes = serializers.IntegerField()
+    state = serializers.ChoiceField(choices=["short", "ok", "full"])
+
+
 class CoverageSerializer(serializers.Serializer):
     ordered_hours = serializers.DecimalField(max_digits=12, decimal_places=2)
     accepted_hours = serializers.DecimalField(max_digits=12, decimal_places=3)
@@ -421,6 +437,9 @@ class CoverageSerializer(serializers.Serializer):
     episodes = serializers.DictField(child=serializers.IntegerField())
     qa_rejections = serializers.DictField(child=serializers.IntegerField())
     success_rate = serializers.FloatField(allow_null=True)
+    cells = CellCoverageSerializer(
+        many=True, help_text="The plan's cells (orders planned by cell; empty otherwise)."
+    )
 
 
 class OrderCoverage(APIView):

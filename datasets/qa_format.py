@@ -98,6 +98,13 @@ class Reason:
     SURPLUS = "surplus"
     JOB_CANCELLED = "job_cancelled"
     UPLOAD_ABANDONED = "upload_abandoned"
+    # The collection plan (datasets/qa_plan.py, issue 30): the episode does not fit the
+    # order's (environment, object) cells, or its cameras' calibrations do not hold.
+    OBJECT_NOT_IN_PLAN = "object_not_in_plan"
+    SCENE_NOT_IN_PLAN = "scene_not_in_plan"
+    CELL_FULL = "cell_full"
+    CALIBRATION_MISSING = "calibration_missing"
+    CALIBRATION_STALE = "calibration_stale"
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.db.models import Avg, Count, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import Avg, Count, Min, OuterRef, Q, QuerySet, Subquery, Sum
 
+from datasets.delivery_plan import pseudonyms
 from datasets.models import Delivery, Episode
-from fleets.models import Job
+from fleets.models import Job, OrderCell
 from marketplace.models import Organization
 from orders.models import Order
 
@@ -36,6 +37,7 @@ class Coverage:
     episodes: dict = field(default_factory=dict)
     qa_rejections: dict[str, int] = field(default_factory=dict)
     success_rate: float | None = None
+    cells: list[dict] = field(default_factory=list)  # the plan's cells (order_cells)
 
 
 def order_coverage(*, order: Order) -> Coverage:
@@ -84,7 +86,61 @@ def order_coverage(*, order: Order) -> Coverage:
         episodes=counts,
         qa_rejections=dict(sorted(reasons.items())),
         success_rate=round(succeeded / counts["accepted"], 4) if counts["accepted"] else None,
+        cells=order_cells(order=order),
     )
+
+
+def site_labels(order: Order) -> dict:
+    """site id -> the order's pseudonym of it ("site-01", ...), numbered by each site's first
+    acceptance, as the delivery labels them (datasets/services/plan_delivery.py): the grid and
+    the dataset call a site by the same name, never its fleet's name for it."""
+    rows = (
+        Episode.objects.filter(
+            order=order, status__in=[Episode.Status.ACCEPTED, Episode.Status.EXCLUDED]
+        )
+        .values("site_id")
+        .annotate(first=Min("decided_at"))
+        .order_by("first", "site_id")
+    )
+    return pseudonyms((row["site_id"] for row in rows), "site")
+
+
+def order_cells(*, order: Order) -> list[dict]:
+    """The plan's (environment, object) cells of an order planned by cell ([] otherwise), in
+    grid order: where each environment is (site pseudonym, scene name once bound), its object
+    once bound, accepted episodes and seconds against the target and the share bounds, and
+    its state: "short" below the minimum share, "full" at the maximum, else "ok". Two
+    queries."""
+    if not order.cells_planned:
+        return []
+    low, high = order.cell_min_share_percent / 100, order.cell_max_share_percent / 100
+    rows = []
+    labels = None
+    for cell in OrderCell.objects.filter(order=order).select_related("scene", "site_object"):
+        if cell.site_id is not None:
+            labels = site_labels(order) if labels is None else labels
+            # bound without an acceptance left (all excluded since): numbered after, as the
+            # delivery does
+            labels.setdefault(cell.site_id, f"site-{len(labels) + 1:02d}")
+        minimum = (cell.target_seconds * low).quantize(Decimal("0.001"))
+        maximum = (cell.target_seconds * high).quantize(Decimal("0.001"))
+        accepted = cell.accepted_seconds
+        rows.append(
+            {
+                "environment_index": cell.environment_index,
+                "object_slot": cell.object_slot,
+                "site": labels[cell.site_id] if cell.site_id else None,
+                "scene": cell.scene.name if cell.scene_id else None,
+                "object": cell.site_object.name if cell.site_object_id else None,
+                "target_seconds": cell.target_seconds,
+                "minimum_seconds": minimum,
+                "maximum_seconds": maximum,
+                "accepted_seconds": accepted,
+                "accepted_episodes": cell.accepted_episodes,
+                "state": "short" if accepted < minimum else "full" if accepted >= maximum else "ok",
+            }
+        )
+    return rows
 
 
 def _environments(order: Order, accepted) -> list[dict]:

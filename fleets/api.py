@@ -361,7 +361,21 @@ class JobSerializer(serializers.ModelSerializer):
             "object_categories": list(order.object_categories),
             "calibrated_cameras": order.calibrated_cameras,
             "cell_max_share_percent": str(order.cell_max_share_percent),
+            # a job collecting one cell's shortfall takes that cell's object only (QA)
+            "shortfall": _shortfall(job),
         }
+
+
+def _shortfall(job) -> dict | None:
+    """The cell a shortfall job collects (its object's name once bound), else None (no query
+    for other jobs)."""
+    if job.shortfall_cell_id is None:
+        return None
+    cell = job.shortfall_cell
+    return {
+        "object_slot": cell.object_slot,
+        "object": cell.site_object.name if cell.site_object_id else None,
+    }
 
 
 class OpenJobSerializer(JobSerializer):

@@ -11,7 +11,9 @@ chosen here:
   (weekly capacity x weeks until the deadline - hours owed, counting the jobs placed
   earlier in the batch) covers the job's hours;
 - never to a site another environment of the same order uses (diversity, counting the
-  batch's own placements); a site this environment already uses is preferred;
+  batch's own placements); a site this environment already uses is preferred; for an order
+  planned by distinct scenes (issue 30) a site takes as many environments as it has free
+  scenes (`JobDemand.scene_slots`);
 - an eligible open bid wins over any offer: the cheapest (then earliest finish) of those
   whose fleet has the capacity; bid jobs go first;
 - then the most constrained job first (fewest fleets able to take it, then the longest),
@@ -74,6 +76,9 @@ class JobDemand:
     bids: tuple = ()  # BidOption, best first (each allowed by the pay rule)
     rank: tuple = ()  # tie-break between equally constrained jobs (e.g. order, sequence)
     terms: PayTerms | None = None  # what the job pays (None: no pay rule, the pure tests only)
+    # An order planned by distinct scenes (issue 30): site -> how many more of the order's
+    # environments it can host (its free scenes); None: an environment is a site (one each).
+    scene_slots: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -113,8 +118,7 @@ class _State:
         return self.fleets[fleet_id].weekly_capacity * weeks - self.owed[fleet_id]
 
     def site_open(self, job: JobDemand, site_id) -> bool:
-        envs = self.usage.get(job.order_id, {}).get(site_id)
-        return not envs or envs == {job.environment_index}
+        return shared_site_open(job, site_id, self.usage.get(job.order_id, {}).get(site_id))
 
     def take(self, job: JobDemand, site_id, fleet_id) -> None:
         self.owed[fleet_id] += job.hours
@@ -162,6 +166,17 @@ class _Candidates:
     rate: np.ndarray
     currency: np.ndarray
     quality_term: np.ndarray
+
+
+def shared_site_open(job: JobDemand, site_id, envs) -> bool:
+    """Whether the batch may place the job at a site where it placed jobs of these
+    environments of the order: none, or only this one; or, counting scenes, fewer other
+    environments than the site has free scenes."""
+    if not envs or envs == {job.environment_index}:
+        return True
+    if job.scene_slots is None:
+        return False
+    return len(envs - {job.environment_index}) < job.scene_slots.get(site_id, 0)
 
 
 def id_order(value):
@@ -241,8 +256,8 @@ def _offer_decision(job: JobDemand, state: _State, prefer: str) -> Decision:
         position = positions.get(site_id)
         if position is None:
             continue
-        if envs != {job.environment_index}:
-            ok[position] = False  # another environment of the order holds it
+        if not shared_site_open(job, site_id, envs):
+            ok[position] = False  # another environment of the order holds it (its scenes)
         else:
             same[position] = True
     while ok.any():

@@ -220,6 +220,11 @@ class Job(models.Model):
         Fleet, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     original_rate_per_hour = models.DecimalField(**MONEY, null=True, blank=True)
+    # The collection plan (issue 30): a job collecting a cell's shortfall names the cell (one
+    # open such job per cell at a time).
+    shortfall_cell = models.ForeignKey(
+        OrderCell, null=True, blank=True, on_delete=models.PROTECT, related_name="shortfall_jobs"
+    )
     dispatch_attempts = models.PositiveIntegerField(default=0)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -53,6 +53,7 @@ from fleets.matching import (
     W_QUALITY,
     SitesById,
     id_order,
+    site_order,
 )
 from fleets.models import (
     JOB_HOLDING_STATES,
@@ -64,8 +65,10 @@ from fleets.models import (
     Robot,
     Site,
 )
+from fleets.plan_sites import plan_sites
 from fleets.services.pay_terms import job_pay_terms, offered_rate
 from marketplace.models import Organization
+from orders.models import Order
 
 SECONDS_PER_WEEK = Decimal(7 * 24 * 3600)
 
@@ -183,6 +186,9 @@ def dispatch_candidates(*, job: Job, now: datetime) -> list[Candidate]:
     """
     other_env_sites, same_env_sites = order_site_usage(job=job)
     excluded_fleets = fleets_excluded_for(job=job)
+    plan = _one_job_plan(job)
+    if plan is not None and plan.scene_slots is not None:
+        other_env_sites = set()  # scenes, not sites, are the environments (plan.allowed)
     required = set(job.sensor_slugs)
     weeks = Decimal(max(0.0, (job.deadline - now).total_seconds())) / SECONDS_PER_WEEK
     sites: dict = {}
@@ -196,6 +202,8 @@ def dispatch_candidates(*, job: Job, now: datetime) -> list[Candidate]:
     )
     for site_id, fleet_id, sensors, weekly, rate, quality in rows:
         if site_id in sites or site_id in other_env_sites or fleet_id in excluded_fleets:
+            continue
+        if plan is not None and site_id not in plan.allowed:
             continue
         if required and not required.issubset(sensors or []):
             continue
@@ -225,6 +233,19 @@ def dispatch_candidates(*, job: Job, now: datetime) -> list[Candidate]:
     score_candidates(job=job, candidates=candidates)
     candidates.sort(key=lambda c: (-c.score, str(c.site_id)))
     return candidates
+
+
+def _one_job_plan(job: Job):
+    """PlanSites for one job of an order planned by cell, else None."""
+    if Job.order.is_cached(job):
+        if not job.order.cells_planned:
+            return None
+    elif not Order.objects.filter(pk=job.order_id, cells_planned=True).exists():
+        return None
+    pairs = SitesById(
+        sorted(set(_robot_matches(job).values_list("site_id", "fleet_id")), key=site_order)
+    )
+    return plan_sites(jobs=[job], usage=_batch_usage([job]), candidates={job.pk: pairs}).get(job.pk)
 
 
 def score_candidates(*, job: Job, candidates: list[Candidate]) -> None:
@@ -358,6 +379,7 @@ class BatchCandidates:
 
     sites: SitesById  # (site_id, fleet_id), by site id; jobs alike share one tuple
     same_environment: set  # sites this job's environment already uses
+    scene_slots: dict | None = None  # a scene-planned order's: site -> environments it can host
 
 
 def _batch_usage(jobs: list[Job]) -> dict:
@@ -457,15 +479,22 @@ def _signature(job: Job) -> tuple:
     )
 
 
-def batch_candidates(*, jobs: list[Job]) -> dict:
+def batch_candidates(*, jobs: list[Job], planned_orders: set | None = None) -> dict:
     """job_id -> BatchCandidates for a batch of jobs, in four set queries whatever its size
     (the same rules as dispatch_candidates, without the capacity: the matcher checks that
-    as it places jobs)."""
+    as it places jobs); a few more for orders planned by cell (plan_sites). `planned_orders`:
+    the batch's orders planned by cell, when the caller read them (else one query)."""
     if not jobs:
         return {}
     usage = _batch_usage(jobs)
     excluded = _batch_exclusions([job.pk for job in jobs])
     signatures = _capable_sites(jobs)
+    plans = plan_sites(
+        jobs=jobs,
+        usage=usage,
+        candidates={job.pk: signatures[_signature(job)] for job in jobs},
+        planned_orders=planned_orders,
+    )
     result = {}
     for job in jobs:
         other, same = set(), set()
@@ -474,7 +503,16 @@ def batch_candidates(*, jobs: list[Job]) -> dict:
                 (same if environment_index == job.environment_index else other).add(site_id)
         refused = excluded.get(job.pk, set())
         sites = signatures[_signature(job)]
+        plan = plans.get(job.pk)
+        if plan is not None:
+            if plan.scene_slots is not None:
+                other = set()  # scenes, not sites, are the environments (plan.allowed)
+            sites = SitesById((s, f) for s, f in sites if s in plan.allowed)
         if other or refused:  # a subsequence keeps the site-id order
             sites = SitesById((s, f) for s, f in sites if s not in other and f not in refused)
-        result[job.pk] = BatchCandidates(sites=sites, same_environment=same)
+        result[job.pk] = BatchCandidates(
+            sites=sites,
+            same_environment=same,
+            scene_slots=None if plan is None else plan.scene_slots,
+        )
     return result

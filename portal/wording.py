@@ -62,6 +62,15 @@ QA_REASONS = {
     "must predict the next states).",
     "near_duplicate": "The same trajectory was already accepted: a re-submitted demonstration "
     "does not count again.",
+    # The collection plan (datasets/qa_plan.py): the episode does not fit the order's plan.
+    "object_not_in_plan": "The object handled is not in the order's plan (not registered at "
+    "the site, of another category, or not one of the environment's objects).",
+    "scene_not_in_plan": "The scene is not in the order's plan (none named, or another "
+    "environment's).",
+    "cell_full": "The episode's (environment, object) cell already holds its maximum share.",
+    "calibration_missing": "A camera has no calibration for this robot.",
+    "calibration_stale": "A camera's calibration is too old, or older than the scene's "
+    "arrangement.",
 }
 
 # Content QA flags: measured and shown, never a rejection.

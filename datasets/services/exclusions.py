@@ -1,10 +1,10 @@
 """Excluding accepted episodes from their order (one by one, or all of an operator's): by staff
 or the customer within its own order, with a reason code. Excluded episodes stop counting
-(their job's and order's accepted seconds go down), their hours go back to collection (the
-order returns to collection, a completed job's hours become a new dispatched job), the fleet
-is not paid for them (billing hears `orders.signals.order_hours_excluded` and reduces or
-deducts the payable), the delivered versions are superseded by a next one, and each exclusion
-is an append-only EpisodeExclusion row naming who acted.
+(their job's, order's and plan cell's accepted seconds go down), their hours go back to
+collection (the order returns to collection, a completed job's hours become a new dispatched
+job), the fleet is not paid for them (billing hears `orders.signals.order_hours_excluded` and
+reduces or deducts the payable), the delivered versions are superseded by a next one, and
+each exclusion is an append-only EpisodeExclusion row naming who acted.
 
 A customer excludes only episodes not delivered yet (delivered ones are claimed:
 datasets/services/claims.py), within its rejection allowance (datasets/services/allowance.py),
@@ -20,6 +20,7 @@ from django.db.models import Sum
 from datasets.error_codes import ErrorCode
 from datasets.models import Delivery, Episode, EpisodeExclusion, ExclusionReason, Recollection
 from datasets.services.allowance import require_within_allowance
+from datasets.services.cells import cells_recount
 from datasets.services.delivery_versions import deliveries_supersede
 from fleets.models import Job
 from fleets.services.planning import job_recollect
@@ -186,6 +187,8 @@ def episodes_exclude(
         lost_by_job = {job.id: (job, _job_lost_seconds(job)) for job in jobs.order_by("pk")}
         result.seconds = sum((lost for _, lost in lost_by_job.values()), Decimal(0))
         _order_lose(order, result.seconds)
+        if order.cells_planned:  # their cells of the plan lose their time too
+            cells_recount(cell_ids={e.cell_id for e in fresh if e.cell_id is not None})
         why = {str(e.id): (reason_code, note) for e in fresh} | dict(reasons or {})
         result.excluded = _record(
             fresh, lost_by_job, why, scope, remedy, actor, against_allowance or customer

@@ -22,6 +22,7 @@ from datasets.models import Delivery, Episode, EpisodeVideo
 from datasets.qa_checks import EpisodeExpectation, QAResult, Reason
 from datasets.qa_content import ContentThresholds
 from datasets.qa_sandbox import StoredVideo, check_stored_episode_bounded
+from datasets.services.cells import cell_accrue, cells_collect_shortfall, plan_check
 from datasets.services.delivery_versions import delivery_start
 from datasets.services.duplicates import (
     VIDEO_LOCK_CLASS,
@@ -199,8 +200,11 @@ def episode_record_qa(
         order = Order.objects.select_for_update(no_key=True).get(pk=episode.order_id)
         job = Job.objects.select_for_update(no_key=True).get(pk=episode.job_id)
         _record_content(episode, result)
+        cell = None
         if result.passed:
             _refuse_if_not_countable(episode=episode, job=job, result=result)
+        if result.passed and order.cells_planned:
+            cell = plan_check(episode=episode, order=order, job=job, result=result)
         episode.qa_runs += 1
         episode.qa_started_at = None
         episode.qa_failures = [failure.as_json() for failure in result.failures]
@@ -220,7 +224,7 @@ def episode_record_qa(
             record_signature(episode, result.signature)
         if _video_signatures(result):
             record_video_signatures(episode, result.video_signatures)
-        _accrue(episode, order=order, job=job)
+        _accrue(episode, order=order, job=job, cell=cell)
     return episode
 
 
@@ -317,9 +321,11 @@ def _refuse_if_not_countable(*, episode: Episode, job: Job, result: QAResult) ->
         )
 
 
-def _accrue(episode: Episode, *, order: Order, job: Job) -> None:
+def _accrue(episode: Episode, *, order: Order, job: Job, cell=None) -> None:
     """Add an accepted episode's time to its job (never past the job's target) and, by the
-    same amount, to its order; the caller holds both rows' locks."""
+    same amount, to its order and its plan cell (if planned by cell); the caller holds the
+    rows' locks. A planned order's environment whose jobs are now all done gets a job for
+    each of its cells left short (before the order can go to review)."""
     target_seconds = job.target_seconds
     seconds = min(episode.duration_seconds, target_seconds - job.accepted_seconds)
     order.accepted_seconds += seconds
@@ -329,6 +335,8 @@ def _accrue(episode: Episode, *, order: Order, job: Job) -> None:
     order.save(update_fields=["accepted_seconds", "accepted_hours", "updated_at"])
     job.accepted_seconds += seconds
     job.save(update_fields=["accepted_seconds", "updated_at"])
+    if cell is not None:
+        cell_accrue(episode=episode, cell=cell, seconds=seconds)
     if job.status in WORKING_JOB_STATES and job.accepted_seconds >= target_seconds:
         job_transition(
             job_id=job.id,
@@ -336,6 +344,8 @@ def _accrue(episode: Episode, *, order: Order, job: Job) -> None:
             reason=f"{job.accepted_seconds} s accepted of {job.target_seconds} s.",
             actor_label=SYSTEM,
         )
+        if order.cells_planned:
+            cells_collect_shortfall(order=order, environment_index=job.environment_index)
         _advance_order_if_collected(order)
 
 

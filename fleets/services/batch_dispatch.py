@@ -89,15 +89,16 @@ def jobs_dispatch(*, job_ids, prefer: str = "score") -> dict:
 
 
 def _order_pay(orders) -> dict:
-    """order_id -> (currency, total, hours): what its jobs pay (read as the orders are locked)."""
+    """order_id -> (currency, total, hours, cells_planned): what its jobs pay, and whether it is
+    planned by cell (read as the orders are locked)."""
     return {
-        pk: (currency, total, hours)
-        for pk, currency, total, hours in orders.values_list("pk", "currency", "total", "hours")
+        row[0]: row[1:]
+        for row in orders.values_list("pk", "currency", "total", "hours", "cells_planned")
     }
 
 
 def _terms(job: Job, orders: dict) -> PayTerms:
-    currency, total, hours = orders[job.order_id]
+    currency, total, hours, _ = orders[job.order_id]
     return PayTerms.of(
         currency=currency,
         total=total,
@@ -113,7 +114,8 @@ def _dispatch_locked(jobs: list[Job], *, orders: dict, prefer: str) -> dict:
     now = timezone.now()
     for job in jobs:
         job.dispatch_attempts += 1
-    candidates = selectors.batch_candidates(jobs=jobs)
+    planned = {pk for pk, row in orders.items() if row[3]}
+    candidates = selectors.batch_candidates(jobs=jobs, planned_orders=planned)
     distinct = {id(c.sites): c.sites for c in candidates.values()}  # jobs alike share theirs
     fleet_ids = {fleet_id for sites in distinct.values() for _, fleet_id in sites}
     fleets = _LockedFleets(fleet_ids)
@@ -213,6 +215,7 @@ def _demand(job: Job, candidates, bids: list, now: datetime, terms: PayTerms) ->
         weeks=seconds / selectors.SECONDS_PER_WEEK,
         sites=candidates.sites,
         same_environment_sites=frozenset(candidates.same_environment),
+        scene_slots=candidates.scene_slots,
         bids=tuple(matching.BidOption(b.pk, b.site_id, b.fleet_id) for b in bids),
         rank=(str(job.order_id), job.sequence),
         terms=terms,

@@ -1,4 +1,5 @@
-"""Planning: a paid order's hours become jobs (environments first, then job-sized chunks)."""
+"""Planning: a paid order's hours become jobs (environments first, then job-sized chunks) and,
+for an order planned by cell (issue 30), its (environment, object) cells."""
 
 import math
 from datetime import UTC, datetime, timedelta
@@ -10,7 +11,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from fleets.models import Assignment, EndEffector, Job, JobEvent, SiteKind
+from fleets.models import Assignment, EndEffector, Job, JobEvent, OrderCell, SiteKind
 from fleets.services.jobs import SYSTEM, job_move
 from marketplace.queueing import enqueue_on_commit
 from orders.models import Order
@@ -56,6 +57,39 @@ def plan_hours(
     return plan
 
 
+def split_cell_targets(*, hours: Decimal, environments: int, objects: int) -> list[Decimal]:
+    """Each cell's target in seconds, environment by environment then object slot: the order's
+    hours x 3600 split evenly to the millisecond (the first cells take the odd milliseconds),
+    summing exactly to the whole. Pure."""
+    cells = environments * objects
+    if cells <= 0:
+        return []
+    total_ms = int((hours * 3600 * 1000).to_integral_value())
+    base, extra = divmod(total_ms, cells)
+    return [Decimal(base + (1 if i < extra else 0)) / 1000 for i in range(cells)]
+
+
+def _plan_cells(order: Order) -> None:
+    """Create the order's unbound cells (once; the caller holds the order's lock)."""
+    if order.cells.exists():
+        return
+    objects = order.objects_per_environment
+    targets = split_cell_targets(
+        hours=order.hours, environments=order.environments, objects=objects
+    )
+    OrderCell.objects.bulk_create(
+        [
+            OrderCell(
+                order=order,
+                environment_index=i // objects,
+                object_slot=i % objects,
+                target_seconds=target,
+            )
+            for i, target in enumerate(targets)
+        ]
+    )
+
+
 def _job_deadline(order: Order) -> datetime:
     if order.deadline is not None:
         return datetime.combine(order.deadline, dtime(23, 59, 59), tzinfo=UTC)
@@ -77,6 +111,8 @@ def order_plan(*, order_id) -> list:
         )
         if order is None or order.status not in (Order.Status.PAID, Order.Status.IN_COLLECTION):
             return []
+        if order.cells_planned:
+            _plan_cells(order)
         if not order.jobs.exists():
             deadline = _job_deadline(order)
             end_effector = EMBODIMENT_END_EFFECTOR.get(
@@ -214,4 +250,69 @@ def job_recollect(*, job_id, seconds: Decimal, actor_label: str, reason: str) ->
             ],
         )
         enqueue_on_commit("fleets.tasks.job_dispatch", str(extra.pk))
+    return extra
+
+
+def job_collect_shortfall(*, cell_id, seconds: Decimal, actor_label: str = SYSTEM) -> Job | None:
+    """A cell of a planned order fell short (its environment's jobs are done, its accepted time
+    below its minimum share): a new job of that environment collects `seconds` more, shaped as
+    a re-collection (the next sequence, the environment's latest job's capabilities and
+    deadline at least the order's, its fleet offered it at the rate it was paid, any other at
+    most that), and is dispatched; returned. Idempotent: None while the cell already has an
+    open shortfall job (the caller holds the order's lock)."""
+    cell = OrderCell.objects.select_related("order__rate_card", "site_object").get(pk=cell_id)
+    if seconds <= 0:
+        return None
+    if cell.shortfall_jobs.exclude(
+        status__in=[Job.Status.COMPLETED, Job.Status.CANCELLED]
+    ).exists():
+        return None
+    previous = (
+        Job.objects.filter(order_id=cell.order_id, environment_index=cell.environment_index)
+        .exclude(status=Job.Status.CANCELLED)
+        .order_by("-sequence")
+        .first()
+    )
+    if previous is None:
+        return None
+    hours = max(Decimal("0.01"), (seconds / 36).to_integral_value(rounding=ROUND_UP) / 100)
+    sequence = Job.objects.filter(order_id=cell.order_id).aggregate(n=Max("sequence"))["n"]
+    collected = (
+        Assignment.objects.filter(
+            job__order_id=cell.order_id, job__environment_index=cell.environment_index
+        )
+        .order_by("-created_at", "-pk")
+        .values_list("fleet_id", "rate_per_hour")
+        .first()
+    )
+    original_fleet_id, original_rate = collected or (None, None)
+    extra = Job.objects.create(
+        order_id=cell.order_id,
+        sequence=sequence + 1,
+        environment_index=cell.environment_index,
+        is_pilot=False,
+        embodiment_id=previous.embodiment_id,
+        end_effector=previous.end_effector,
+        sensor_slugs=list(previous.sensor_slugs),
+        site_kinds=list(previous.site_kinds),
+        target_hours=hours,
+        exact_target_seconds=seconds if seconds != hours * 3600 else None,
+        deadline=max(previous.deadline, _job_deadline(cell.order)),
+        status=Job.Status.OPEN,
+        original_fleet_id=original_fleet_id,
+        original_rate_per_hour=original_rate,
+        shortfall_cell=cell,
+    )
+    what = f" ({cell.site_object.name})" if cell.site_object else ""
+    JobEvent.objects.create(
+        job=extra,
+        from_status="",
+        to_status=extra.status,
+        actor_label=actor_label,
+        reason=(
+            f"Shortfall of cell {cell.environment_index + 1}x{cell.object_slot + 1}{what}: "
+            f"{seconds} s more to collect."
+        ),
+    )
+    enqueue_on_commit("fleets.tasks.job_dispatch", str(extra.pk))
     return extra

@@ -74,6 +74,7 @@ def order_context(request, order: Order, cancel_form: OrderCancelForm | None = N
         "progress": progress(order),
         "collection": collection,
         "coverage": coverage_chart(order, collection),
+        "cell_grid": cell_grid(order),  # the plan's grid (orders planned by cell), else None
         # billing's card (None: payment is not online, the page's own staff-marked message)
         "payment_section": order_payment_section(request, order),
         "invoice_section": order_invoice_section(request, order),
@@ -144,6 +145,45 @@ def progress(order: Order) -> dict:
     accepted = order.accepted_hours or Decimal("0")
     percent = int(min(Decimal(100), accepted / hours * 100)) if hours > 0 else 0
     return {"accepted": accepted, "hours": hours, "percent": percent}
+
+
+def _minutes(seconds: Decimal) -> Decimal:
+    return (seconds / 60).quantize(Decimal("0.1"))
+
+
+def cell_grid(order: Order) -> dict | None:
+    """The collection plan's grid (issue 30): a row per environment (its site's pseudonym, or
+    its scene's name, once bound), a column per object slot (the object's name once bound),
+    each cell's accepted episodes and minutes against its target, marked short (below the
+    minimum share) or full (at the maximum). None for an order not planned by cell."""
+    cells = dataset_selectors.order_cells(order=order)
+    if not cells:
+        return None
+    slots = max(cell["object_slot"] for cell in cells) + 1
+    rows: dict[int, dict] = {}
+    for cell in cells:
+        row = rows.setdefault(
+            cell["environment_index"],
+            {
+                "label": f"Environment {cell['environment_index'] + 1}",
+                "where": cell["scene"] or cell["site"],
+                "cells": [],
+            },
+        )
+        row["cells"].append(
+            {
+                **cell,
+                "accepted_minutes": _minutes(cell["accepted_seconds"]),
+                "target_minutes": _minutes(cell["target_seconds"]),
+            }
+        )
+    return {
+        "columns": [f"Object {slot + 1}" for slot in range(slots)],
+        "rows": [rows[index] for index in sorted(rows)],
+        "scenes": order.environment_unit == "scene",
+        "short": sum(1 for cell in cells if cell["state"] == "short"),
+        "full": sum(1 for cell in cells if cell["state"] == "full"),
+    }
 
 
 CHART_MAX_BARS = 12

@@ -22,6 +22,10 @@ from fleets.services.pay_terms import PayTerms
 GOLDEN = Path(__file__).with_name("matching_golden.json")
 INSTANCES = 300
 SEED = 29
+# Orders planned by distinct scenes (issue 30): instances whose jobs carry scene slots (a site
+# takes as many environments of an order as it has free scenes), drawn after the others.
+SCENE_INSTANCES = 60
+SCENE_SEED = 30
 PREFERENCES = ("score", "headroom")
 
 
@@ -88,6 +92,22 @@ def random_instance(rng: random.Random) -> dict:
     return {"fleets": fleets, "jobs": jobs}
 
 
+def scene_instance(rng: random.Random) -> dict:
+    """A random instance whose orders mostly count scenes: each such order gives every site
+    1-3 free scenes, and its jobs carry them for their candidate sites."""
+    instance = random_instance(rng)
+    slots = {}
+    for job in instance["jobs"]:
+        order_slots = slots.get(job["order_id"])
+        if order_slots is None:
+            order_slots = slots[job["order_id"]] = (
+                {f"s{i:02d}": rng.randint(1, 3) for i in range(12)} if rng.random() < 0.8 else {}
+            )
+        if order_slots:
+            job["scene_slots"] = {site: order_slots[site] for site, _ in job["sites"]}
+    return instance
+
+
 def fleet_states(instance: dict) -> dict:
     return {
         f["fleet_id"]: FleetState(
@@ -116,6 +136,7 @@ def job_demands(instance: dict) -> list[JobDemand]:
                 weeks=Decimal(j["weeks"]),
                 sites=SitesById(pairs) if j["site_order_given"] else pairs,
                 same_environment_sites=frozenset(j["same_environment_sites"]),
+                scene_slots=j.get("scene_slots"),
                 bids=tuple(BidOption(**bid) for bid in j["bids"]),
                 rank=tuple(j["rank"]),
                 terms=None
@@ -150,12 +171,16 @@ def decided(instance: dict, prefer: str) -> list[list]:
 
 def golden() -> list[dict]:
     rng = random.Random(SEED)
-    cases = []
-    for _ in range(INSTANCES):
-        instance = random_instance(rng)
-        decisions = {prefer: decided(instance, prefer) for prefer in PREFERENCES}
-        cases.append({"instance": instance, "decisions": decisions})
-    return cases
+    instances = [random_instance(rng) for _ in range(INSTANCES)]
+    rng = random.Random(SCENE_SEED)
+    instances += [scene_instance(rng) for _ in range(SCENE_INSTANCES)]
+    return [
+        {
+            "instance": instance,
+            "decisions": {prefer: decided(instance, prefer) for prefer in PREFERENCES},
+        }
+        for instance in instances
+    ]
 
 
 def main() -> int:

@@ -282,6 +282,7 @@ def test_a_job_tells_the_fleet_its_orders_collection_plan(fleet_operator, custom
         "object_categories": ["mug", "bowl"],
         "calibrated_cameras": True,
         "cell_max_share_percent": "150.00",
+        "shortfall": None,
     }
 
 
