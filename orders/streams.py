@@ -98,6 +98,14 @@ def camera_keys(spec: dict) -> list[str]:
     return [camera["key"] for camera in cameras_of(spec)]
 
 
+def camera_names(spec: dict) -> list[str]:
+    """The cameras' names (`wrist` for `observation.images.wrist`): what calibrations name."""
+    return [
+        camera.get("name") or str(camera["key"]).removeprefix(CAMERA_KEY_PREFIX)
+        for camera in cameras_of(spec)
+    ]
+
+
 def vectors_of(spec: dict) -> list[dict]:
     return list((spec or {}).get("vectors") or [])
 

@@ -106,7 +106,8 @@ def pytest_runtest_teardown(item, nextitem):
     back at once, so the tests after it on this worker (any kind, in any order: LONGEST_FIRST
     and xdist reorder them) find what the migrations seeded."""
     yield
-    if _is_transactional(item):
+    # (no next test: the session's fixtures, the test database included, are gone by now)
+    if nextitem is not None and _is_transactional(item):
         with item.config.stash[blocking_manager_key].unblock():
             _seed_catalog_if_flushed()
 

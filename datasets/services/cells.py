@@ -22,7 +22,7 @@ from fleets.models import CameraCalibration, Job, OrderCell, SiteObject
 from fleets.services.planning import job_collect_shortfall
 from marketplace.audit import system_label
 from orders.models import Order
-from orders.streams import camera_keys
+from orders.streams import camera_names
 
 SYSTEM = system_label("qa")
 MS = Decimal("0.001")
@@ -35,7 +35,7 @@ def _rules(order: Order) -> qa_plan.PlanRules:
         object_categories=tuple(str(c).lower() for c in order.object_categories or ()),
         max_share_percent=order.cell_max_share_percent,
         calibrated_cameras=order.calibrated_cameras,
-        cameras=tuple(camera_keys(order.stream_spec)),
+        cameras=tuple(camera_names(order.stream_spec)),
         calibration_max_age_days=settings.CALIBRATION_MAX_AGE_DAYS,
     )
 

@@ -20,7 +20,6 @@ from datasets.services.episode_files import SHA256_HEX, UploadInstructions, Vide
 from fleets.models import Job, Robot
 from fleets.services.collection import (
     calibrations_for_episode,
-    order_camera_names,
     scene_for_episode,
 )
 from fleets.services.jobs import job_report_progress
@@ -28,6 +27,7 @@ from fleets.services.operators import operator_for_episode
 from marketplace.errors import Conflict, NotFound, ServiceUnavailable, invalid
 from marketplace.models import Organization
 from marketplace.queueing import enqueue_on_commit
+from orders.streams import camera_names
 
 OPERATOR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 WORKING_JOB_STATES = (Job.Status.ASSIGNED, Job.Status.IN_PROGRESS)
@@ -145,7 +145,7 @@ def episode_register(
     scene = scene_for_episode(site_id=job.site_id, name=registration.scene)
     camera_calibrations = calibrations_for_episode(
         robot_id=robot.id,
-        cameras=order_camera_names(job.order.stream_spec),
+        cameras=camera_names(job.order.stream_spec),
         given=dict(registration.camera_calibrations),
     )
     with transaction.atomic():

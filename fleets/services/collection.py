@@ -44,7 +44,7 @@ from fleets.models import (
 )
 from marketplace.errors import Conflict, NotFound, ServiceError, invalid
 from marketplace.models import Organization
-from orders.streams import CAMERA_KEY_PREFIX, cameras_of
+from orders.streams import CAMERA_KEY_PREFIX
 
 NAME_MAX = 100
 CATEGORY_MAX = 60
@@ -443,14 +443,6 @@ def calibration_create(
 
 
 # --- What an episode names -----------------------------------------------------------------
-
-
-def order_camera_names(stream_spec: dict) -> list[str]:
-    """The camera names of an order's streams (`wrist` for `observation.images.wrist`)."""
-    return [
-        camera.get("name") or str(camera["key"]).removeprefix(CAMERA_KEY_PREFIX)
-        for camera in cameras_of(stream_spec)
-    ]
 
 
 def scene_for_episode(*, site_id, name) -> Scene | None:

@@ -257,8 +257,8 @@ def calibration(collection, camera, days_ago=1) -> CameraCalibration:
 
 CAMERAS = {
     "cameras": [
-        {"key": "wrist", "min_width": 32, "min_height": 24},
-        {"key": "top", "min_width": 32, "min_height": 24},
+        {"key": "observation.images.wrist", "name": "wrist", "min_width": 32, "min_height": 24},
+        {"key": "observation.images.top", "name": "top", "min_width": 32, "min_height": 24},
     ]
 }
 
