@@ -62,6 +62,9 @@ def play_once(env: dict, tmp_path) -> str:
     accepted = int(re.search(r"episodes accepted (\d+)", output).group(1))
     assert accepted > 0 and rejected > 0, output[-2000:]  # the defective share was caught
     assert re.search(r"(\d+) files verified against manifest.json", output)
+    # the 2 x 2 collection plan filled, the cameras' calibrations delivered (issue 30)
+    assert "demo: 4 of 4 (environment, object) cells filled" in output, output[-3000:]
+    assert int(re.search(r"(\d+) camera calibrations delivered", output).group(1)) >= 2
     return output
 
 

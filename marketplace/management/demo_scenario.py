@@ -45,7 +45,8 @@ DEMO_ORDER = {
     "embodiment": "franka-fr3",
     "hours": "1",
     "environments": 2,
-    "objects_per_environment": 4,
+    "objects_per_environment": 2,  # a 2 x 2 grid of (environment, object) cells
+    "calibrated_cameras": True,
     "sensors": ["wrist-camera"],
     "video_codec": "h264",
     "success_criterion": "Peg fully seated in its hole.",
@@ -59,6 +60,8 @@ class DemoResult:
     status: str = ""
     accepted_hours: str = ""
     videos_verified: int = 0  # cameras whose every frame decoded, as many as the dataset's
+    cells: list = field(default_factory=list)  # the coverage API's (environment, object) cells
+    calibrations_verified: int = 0  # in meta/calibrations.json, every episode's among them
     episodes_accepted: int = 0
     episodes_rejected: int = 0
     link: str = ""
@@ -224,6 +227,7 @@ def play(*, base_url: str, customer_key: str, timeout: float, verify: bool, log)
                 "hours",
                 "environments",
                 "objects_per_environment",
+                "calibrated_cameras",
                 "sensors",
             )
         },
@@ -258,6 +262,16 @@ def play(*, base_url: str, customer_key: str, timeout: float, verify: bool, log)
     coverage = api.json("GET", f"/api/v1/orders/{order['id']}/coverage")
     result.episodes_accepted = coverage["episodes"]["accepted"]
     result.episodes_rejected = coverage["episodes"]["rejected"]
+    result.cells = coverage["cells"]
+    for cell in result.cells:
+        log(
+            f"cell {cell['environment_index']}x{cell['object_slot']}: {cell['site']}"
+            f" / {cell['object']}: {cell['accepted_episodes']} episodes,"
+            f" {Decimal(cell['accepted_seconds']) / 60:.1f} min ({cell['state']})"
+        )
+    cells_ordered = DEMO_ORDER["environments"] * DEMO_ORDER["objects_per_environment"]
+    if len(result.cells) != cells_ordered or any(c["state"] == "short" for c in result.cells):
+        result.problems.append(f"the {cells_ordered} cells of the plan are not all filled")
     if current.status != Order.Status.DELIVERED:
         result.problems.append(
             f"order not delivered within {timeout:.0f}s (status {current.status})"
@@ -324,6 +338,7 @@ def _verify(api: Api, delivery_id: str, result: DemoResult) -> int:
         return True, data if entry["path"] == "meta/info.json" else None, 0
 
     manifest = json.loads(fetch("manifest.json"))
+    _check_calibrations(manifest, fetch, result)
     # Four at a time (each still through its own audited link): the downloads wait on the
     # network and FFmpeg decodes without the GIL.
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -365,3 +380,26 @@ def _check_videos(info: dict, video_frames: dict[str, int], result: DemoResult) 
                 " the dataset"
             )
     result.videos_verified = len(cameras) if not result.problems else 0
+
+
+def _check_calibrations(manifest: dict, fetch, result: DemoResult) -> None:
+    """The order asks for calibrated cameras: the delivery ships them, and every episode's
+    calibration ids (meta/episodes' calibration_id) are in meta/calibrations.json."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    listed = manifest.get("calibrations") or {}
+    if not listed.get("path"):
+        result.problems.append("the order asks for calibrated cameras; none is delivered")
+        return
+    calibrations = json.loads(fetch(listed["path"]))
+    named = set()
+    for entry in manifest["files"]:
+        if entry["path"].startswith("meta/episodes/") and entry["path"].endswith(".parquet"):
+            table = pq.read_table(io.BytesIO(fetch(entry["path"])), columns=["calibration_id"])
+            for ids in table.column("calibration_id").to_pylist():
+                named.update(json.loads(ids).values())
+    if not named or not named <= set(calibrations):
+        result.problems.append(f"episodes name calibrations {sorted(named - set(calibrations))}")
+    result.calibrations_verified = len(calibrations)

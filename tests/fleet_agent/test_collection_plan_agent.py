@@ -17,7 +17,7 @@ from decimal import Decimal
 
 import pytest
 
-from datasets.models import Episode
+from datasets.models import Delivery, Episode
 from fleet_agent import FleetAgent, parse_config
 from fleet_agent.calibration import check_calibration, simulated_calibration
 from fleet_agent.client import ApiClient
@@ -30,8 +30,11 @@ from fleets.models import Job, Robot, Site
 from fleets.services.planning import order_plan
 from orders.models import Order
 from orders.streams import build_stream_spec
+from tests.datasets import lerobot_loader
+from tests.datasets.test_delivery_plan_columns import download
 from tests.factories import OrderFactory
 from tests.fleet_agent.importing import held_job, write_recording
+from tests.fleet_agent.test_integration import assert_delivered
 from tests.fleet_agent.test_integration import operator as operator
 from tests.fleet_agent.test_integration import platform as platform
 
@@ -187,7 +190,7 @@ def test_episodes_name_their_scene_object_and_calibrations(platform, operator, c
 
 
 def test_a_planned_order_fills_its_grid_and_the_defective_episodes_are_rejected(
-    platform, operator, customer
+    platform, operator, customer, tmp_path
 ):
     """Needs the registry and the cells parts merged (OrderCells, QA's plan checks)."""
     agent = FleetAgent(
@@ -231,6 +234,27 @@ def test_a_planned_order_fills_its_grid_and_the_defective_episodes_are_rejected(
     }
     accepted = Episode.objects.filter(order=order, status="accepted")
     assert all(e.cell_id is not None for e in accepted)
+
+    # delivered: meta/episodes names each episode's scene, site, objects and calibrations,
+    # meta/calibrations.json holds them, and the project's lerobot loader reads it all
+    assert_delivered(order)
+    delivery = Delivery.objects.get(order=order, kind=Delivery.Kind.FULL)
+    manifest = download(customer.client, delivery, tmp_path)
+    dataset = lerobot_loader.load(tmp_path)
+    lerobot_loader.check_invariants(dataset)
+    shipped = json.loads((tmp_path / manifest["calibrations"]["path"]).read_text())
+    rows = dataset["episodes"]
+    assert len(rows) == accepted.count()
+    assert {row["site"] for row in rows} == {"site-01", "site-02"}
+    assert sorted(row["objects"] for row in rows) == sorted(e.objects_handled for e in accepted)
+    cells_of = {(c.site_id, c.site_object.name) for c in cells}
+    for row in rows:
+        assert row["scene_id"] and Scene.objects.filter(pk=row["scene_id"]).exists()
+        named = json.loads(row["calibration_id"])
+        assert set(named) == {"scene", "wrist"} and set(named.values()) <= set(shipped)
+    assert {(e.site_id, e.objects_handled[0]) for e in accepted} == cells_of
+    for calibration in shipped.values():
+        assert calibration["camera"] in {"scene", "wrist"} and len(calibration["extrinsics"]) == 4
 
 
 def cell_min_share(order) -> Decimal:

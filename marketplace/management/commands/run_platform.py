@@ -219,6 +219,11 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"demo: {result.videos_verified} cameras' videos decoded, every frame present"
             )
+            filled = sum(cell["state"] != "short" for cell in result.cells)
+            self.stdout.write(
+                f"demo: {filled} of {len(result.cells)} (environment, object) cells filled;"
+                f" {result.calibrations_verified} camera calibrations delivered"
+            )
             for problem in result.problems:
                 self.stderr.write(f"demo problem: {problem}")
             self.stdout.write("DEMO OK" if result.ok else "DEMO FAILED")
