@@ -242,14 +242,14 @@ def test_a_key_revoked_while_the_quote_is_read_stores_no_quote(
         request.getfixturevalue("redis_cache")
     assert _quote(customer.client)[0].status_code == 201  # the key warm, held where it is
     before = Quote.objects.count()
-    read = api._dataset_request
+    read = api.QuoteRequestSerializer.to_request
 
-    def revoked_meanwhile(data):
+    def revoked_meanwhile(serializer):
         # after the key authenticated, before the quote is stored: revoked by another process
         _revoked_behind_this_process(customer.api_key)
-        return read(data)
+        return read(serializer)
 
-    monkeypatch.setattr(api, "_dataset_request", revoked_meanwhile)
+    monkeypatch.setattr(api.QuoteRequestSerializer, "to_request", revoked_meanwhile)
     # when: a quote whose key is revoked while the request runs
     response, sqls = _quote(customer.client)
     # then: 401 in the one error shape, nothing stored, the key read again before any INSERT

@@ -1,16 +1,21 @@
 """The demo's once-mode check (demo_scenario._verify): every file fetched through its own
 link and compared with manifest.json, every video decoded and its frames counted against
-meta/info.json."""
+meta/info.json; with calibrated cameras, every episode's calibrations in the delivery."""
 
 import hashlib
 import io
 import json
 import urllib.request
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
 from marketplace.management import demo_scenario
 from tests.datasets.videos import encode_mp4
 
 VIDEO = "videos/observation.images.scene/chunk-000/file-{:03d}.mp4"
+EPISODES = "meta/episodes/chunk-000/file-000.parquet"
 
 
 def delivery(frames_per_file: list[int], total_frames: int) -> dict[str, bytes]:
@@ -36,13 +41,21 @@ class FakeApi:
         return 302, {"Location": f"memory://{asked}"}, b""
 
 
-def verify(monkeypatch, files: dict[str, bytes], served: dict[str, bytes] | None = None):
+def verify(
+    monkeypatch,
+    files: dict[str, bytes],
+    served: dict[str, bytes] | None = None,
+    *,
+    calibrated: bool = False,
+    listed: dict | None = None,
+):
     served = {**files, **(served or {})}
     manifest = {
         "files": [
             {"path": p, "size": len(d), "sha256": hashlib.sha256(d).hexdigest()}
             for p, d in files.items()
-        ]
+        ],
+        **(listed or {}),
     }
     served["manifest.json"] = json.dumps(manifest).encode()
     monkeypatch.setattr(
@@ -51,7 +64,7 @@ def verify(monkeypatch, files: dict[str, bytes], served: dict[str, bytes] | None
         lambda url, timeout: io.BytesIO(served[url.removeprefix("memory://")]),
     )
     api, result = FakeApi(files, served), demo_scenario.DemoResult()
-    verified = demo_scenario._verify(api, "d1", result)
+    verified = demo_scenario._verify(api, "d1", result, calibrated=calibrated)
     return verified, result, api
 
 
@@ -83,3 +96,32 @@ def test_a_changed_video_is_not_counted(monkeypatch):
     assert verified == len(files) - 1
     assert f"{VIDEO.format(1)}: bytes do not match the manifest" in result.problems
     assert "observation.images.scene: 12 frames decoded, 21 in the dataset" in result.problems
+
+
+def episodes_naming(*calibration_ids: dict) -> bytes:
+    sink = io.BytesIO()
+    table = pa.table({"calibration_id": [json.dumps(ids) for ids in calibration_ids]})
+    pq.write_table(table, sink)
+    return sink.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("shipped", "problem"),
+    [
+        ({"c1": {}, "c2": {}}, None),
+        ({"c1": {}}, "episodes name calibrations ['c2']"),
+        (None, "the order asks for calibrated cameras; none is delivered"),
+    ],
+)
+def test_every_episodes_calibrations_are_delivered(monkeypatch, shipped, problem):
+    files = delivery([12], total_frames=12)
+    files[EPISODES] = episodes_naming({"wrist": "c1", "scene": "c2"}, {"wrist": "c1"})
+    listed = {}
+    if shipped is not None:
+        files["meta/calibrations.json"] = json.dumps(shipped).encode()
+        listed = {"calibrations": {"path": "meta/calibrations.json", "count": len(shipped)}}
+    # when
+    _, result, _ = verify(monkeypatch, files, calibrated=True, listed=listed)
+    # then
+    assert result.problems == ([problem] if problem else [])
+    assert result.calibrations_verified == (len(shipped) if shipped is not None else 0)

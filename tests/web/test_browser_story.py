@@ -19,7 +19,7 @@ from datasets.episode_format import episode_table, parquet_bytes
 from datasets.models import Delivery, DownloadEvent, Episode
 from fleet_agent.cameras import render_camera_videos
 from fleet_agent.uploads import declarations
-from fleets.models import Job, Offer
+from fleets.models import Job, Offer, SiteObject
 from marketplace import services as accounts
 from marketplace.models import Organization
 from orders.models import Order
@@ -130,6 +130,9 @@ def test_order_pay_collect_and_download_in_the_browser(live_server, new_page, st
     operator = OrganizationFactory(kind=Organization.Kind.FLEET_OPERATOR, name="Teleop Bay")
     MembershipFactory(user=UserFactory(username="otto"), organization=operator)
     fleet, site, robot = operator_fleet(operator, name="Bay 4")
+    # the object its episodes name: an order's collection plan is dispatched to sites that
+    # offer enough registered objects, and QA counts each episode in its object's cell
+    SiteObject.objects.create(fleet=fleet, site=site, name="peg-8mm", category="peg")
     agent = APIClient()
     agent.credentials(
         HTTP_AUTHORIZATION="Bearer "
