@@ -91,12 +91,15 @@ SITE_FILTERS = [
 ]
 
 
-@extend_schema_view(get=extend_schema(parameters=SITE_FILTERS))
-class SiteObjectListCreate(FleetOperatorApi, generics.ListCreateAPIView):
-    serializer_class = SiteObjectSerializer
+class _SiteRowListCreate(FleetOperatorApi, generics.ListCreateAPIView):
+    """A fleet's rows of its sites (objects or scenes): listed with ?site= and ?active=,
+    created at one of its sites."""
+
+    rows_for = None  # the selector of the fleet operator's rows
+    create_row = None  # the service creating one
 
     def get_queryset(self):
-        rows = collection_selectors.site_objects_for(organization=self.organization)
+        rows = self.rows_for(organization=self.organization)
         site, active = _uuid_param(self.request, "site"), _active_param(self.request)
         if site is not None:
             rows = rows.filter(site_id=site)
@@ -105,13 +108,18 @@ class SiteObjectListCreate(FleetOperatorApi, generics.ListCreateAPIView):
         return rows
 
     def post(self, request):
-        serializer = SiteObjectSerializer(data=request.data)
+        serializer = self.serializer_class(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
-        found = collection.site_object_create(
-            organization=self.organization, site_id=data.pop("site_id"), **data
-        )
-        return Response(SiteObjectSerializer(found).data, status=status.HTTP_201_CREATED)
+        row = self.create_row(organization=self.organization, site_id=data.pop("site_id"), **data)
+        return Response(self.serializer_class(row).data, status=status.HTTP_201_CREATED)
+
+
+@extend_schema_view(get=extend_schema(parameters=SITE_FILTERS))
+class SiteObjectListCreate(_SiteRowListCreate):
+    serializer_class = SiteObjectSerializer
+    rows_for = staticmethod(collection_selectors.site_objects_for)
+    create_row = staticmethod(collection.site_object_create)
 
 
 class SiteObjectDetail(FleetOperatorApi, generics.RetrieveAPIView):
@@ -174,26 +182,10 @@ class SceneChangeSerializer(serializers.Serializer):
 
 
 @extend_schema_view(get=extend_schema(parameters=SITE_FILTERS))
-class SceneListCreate(FleetOperatorApi, generics.ListCreateAPIView):
+class SceneListCreate(_SiteRowListCreate):
     serializer_class = SceneSerializer
-
-    def get_queryset(self):
-        rows = collection_selectors.scenes_for(organization=self.organization)
-        site, active = _uuid_param(self.request, "site"), _active_param(self.request)
-        if site is not None:
-            rows = rows.filter(site_id=site)
-        if active is not None:
-            rows = rows.filter(active=active)
-        return rows
-
-    def post(self, request):
-        serializer = SceneSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = dict(serializer.validated_data)
-        scene = collection.scene_create(
-            organization=self.organization, site_id=data.pop("site_id"), **data
-        )
-        return Response(SceneSerializer(scene).data, status=status.HTTP_201_CREATED)
+    rows_for = staticmethod(collection_selectors.scenes_for)
+    create_row = staticmethod(collection.scene_create)
 
 
 class SceneDetail(FleetOperatorApi, generics.RetrieveAPIView):
